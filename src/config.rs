@@ -1,0 +1,748 @@
+//! supervisor.toml: its types, defaults and validation.
+//!
+//! Values that can be checked on their own (durations, signal names, argv) are
+//! checked while deserializing, so the TOML parser's error already carries the
+//! line and column. Rules that span several keys are checked afterwards from
+//! `Spanned` values, so they name a line too.
+
+use std::collections::BTreeMap;
+use std::fmt::{self, Write as _};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use serde::Deserialize;
+use serde::de::{self, Deserializer};
+use toml::Spanned;
+
+use crate::signals::SignalName;
+
+/// Where tend looks for its config when neither `--config` nor `$TEND_CONFIG`
+/// names one.
+pub const DEFAULT_PATH: &str = "/etc/tend/supervisor.toml";
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Config {
+    pub service: Service,
+    pub readiness: Readiness,
+    pub watches: Vec<Watch>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Service {
+    /// None when the file leaves the command to the command line (`-- COMMAND`).
+    pub command: Option<Vec<String>>,
+    pub working_dir: Option<PathBuf>,
+    pub env: BTreeMap<String, String>,
+    pub stop_signal: Signal,
+    pub stop_timeout: Duration,
+    pub restart: Restart,
+    pub process_group: bool,
+}
+
+impl Default for Service {
+    fn default() -> Self {
+        Service {
+            command: None,
+            working_dir: None,
+            env: BTreeMap::new(),
+            stop_signal: Signal::SIGTERM,
+            stop_timeout: Duration::from_secs(10),
+            restart: Restart::Never,
+            process_group: false,
+        }
+    }
+}
+
+/// What happens when the service exits on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Restart {
+    Never,
+    OnFailure,
+    Always,
+}
+
+impl Restart {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Restart::Never => "never",
+            Restart::OnFailure => "on-failure",
+            Restart::Always => "always",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Readiness {
+    pub file: Option<PathBuf>,
+    pub status_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Watch {
+    pub name: String,
+    pub paths: Vec<PathBuf>,
+    pub check: Option<Vec<String>>,
+    pub check_timeout: Duration,
+    pub action: Action,
+    pub debounce: Duration,
+}
+
+/// What a watch does once a changed config passed its check.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    Signal(Signal),
+    Restart,
+    Exec(Vec<String>),
+    None,
+}
+
+/// A config that could not be used; tend exits 2 and starts nothing.
+#[derive(Debug)]
+pub struct ConfigError {
+    pub path: PathBuf,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid config {}: {}",
+            self.path.display(),
+            self.message
+        )
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// Reads and validates the file at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            path: path.to_path_buf(),
+            message: format!("cannot read it: {e}"),
+        })?;
+        Config::parse(&text).map_err(|message| ConfigError {
+            path: path.to_path_buf(),
+            message,
+        })
+    }
+
+    /// Parses supervisor.toml text; the error names the line.
+    pub fn parse(text: &str) -> Result<Config, String> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| explain_toml_error(&e))?;
+        let mut watches = Vec::with_capacity(raw.watch.len());
+        for w in raw.watch {
+            let watch = w.into_watch(text)?;
+            if let Some(prev) = watches.iter().find(|p: &&Watch| p.name == watch.name) {
+                return Err(format!(
+                    "two watches are named {:?}: give each [[watch]] its own `name` ({} and {})",
+                    prev.name,
+                    prev.paths[0].display(),
+                    watch.paths[0].display()
+                ));
+            }
+            watches.push(watch);
+        }
+        Ok(Config {
+            service: raw.service.into_service(),
+            readiness: raw.readiness,
+            watches,
+        })
+    }
+
+    /// What the config means, defaults filled in, as TOML that tend accepts.
+    pub fn describe(&self) -> String {
+        let mut out = String::new();
+        let s = &self.service;
+        out.push_str("[service]\n");
+        match &s.command {
+            Some(argv) => writeln!(out, "command = {}", quote_list(argv)).unwrap(),
+            None => out.push_str("# command: none here; give it after `--` on the command line\n"),
+        }
+        if let Some(dir) = &s.working_dir {
+            writeln!(out, "working_dir = {}", quote(&dir.to_string_lossy())).unwrap();
+        }
+        if !s.env.is_empty() {
+            let pairs: Vec<String> = s
+                .env
+                .iter()
+                .map(|(k, v)| format!("{} = {}", quote(k), quote(v)))
+                .collect();
+            writeln!(out, "env = {{ {} }}", pairs.join(", ")).unwrap();
+        }
+        writeln!(out, "stop_signal = {}", quote(s.stop_signal.as_str())).unwrap();
+        writeln!(
+            out,
+            "stop_timeout = {}",
+            quote(&format_duration(s.stop_timeout))
+        )
+        .unwrap();
+        writeln!(out, "restart = {}", quote(s.restart.as_str())).unwrap();
+        writeln!(out, "process_group = {}", s.process_group).unwrap();
+
+        let r = &self.readiness;
+        if r.file.is_some() || r.status_file.is_some() {
+            out.push_str("\n[readiness]\n");
+            if let Some(f) = &r.file {
+                writeln!(out, "file = {}", quote(&f.to_string_lossy())).unwrap();
+            }
+            if let Some(f) = &r.status_file {
+                writeln!(out, "status_file = {}", quote(&f.to_string_lossy())).unwrap();
+            }
+        }
+
+        for w in &self.watches {
+            out.push_str("\n[[watch]]\n");
+            writeln!(out, "name = {}", quote(&w.name)).unwrap();
+            let paths: Vec<String> = w.paths.iter().map(|p| p.to_string_lossy().into()).collect();
+            writeln!(out, "paths = {}", quote_list(&paths)).unwrap();
+            match &w.check {
+                Some(argv) => writeln!(out, "check = {}", quote_list(argv)).unwrap(),
+                None => out.push_str("# check: none; every change counts as valid\n"),
+            }
+            writeln!(
+                out,
+                "check_timeout = {}",
+                quote(&format_duration(w.check_timeout))
+            )
+            .unwrap();
+            match &w.action {
+                Action::Signal(sig) => {
+                    out.push_str("on_change = \"signal\"\n");
+                    writeln!(out, "signal = {}", quote(sig.as_str())).unwrap();
+                }
+                Action::Restart => out.push_str("on_change = \"restart\"\n"),
+                Action::Exec(argv) => {
+                    out.push_str("on_change = \"exec\"\n");
+                    writeln!(out, "exec = {}", quote_list(argv)).unwrap();
+                }
+                Action::None => out.push_str("on_change = \"none\"\n"),
+            }
+            writeln!(out, "debounce = {}", quote(&format_duration(w.debounce))).unwrap();
+        }
+        out
+    }
+}
+
+// ------------------------------------------------------------------ raw form
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    service: RawService,
+    #[serde(default)]
+    readiness: Readiness,
+    #[serde(default)]
+    watch: Vec<RawWatch>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawService {
+    command: Option<Argv>,
+    working_dir: Option<PathBuf>,
+    #[serde(default)]
+    env: BTreeMap<String, EnvValue>,
+    stop_signal: Option<SignalName>,
+    stop_timeout: Option<Dur>,
+    restart: Option<Restart>,
+    process_group: Option<bool>,
+}
+
+impl RawService {
+    fn into_service(self) -> Service {
+        let d = Service::default();
+        Service {
+            command: self.command.map(|a| a.0),
+            working_dir: self.working_dir,
+            env: self.env.into_iter().map(|(k, v)| (k, v.0)).collect(),
+            stop_signal: self.stop_signal.map_or(d.stop_signal, |s| s.0),
+            stop_timeout: self.stop_timeout.map_or(d.stop_timeout, |t| t.0),
+            restart: self.restart.unwrap_or(d.restart),
+            process_group: self.process_group.unwrap_or(d.process_group),
+        }
+    }
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum OnChange {
+    Signal,
+    Restart,
+    Exec,
+    None,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWatch {
+    name: Option<String>,
+    paths: Spanned<Vec<PathBuf>>,
+    check: Option<Argv>,
+    check_timeout: Option<Dur>,
+    on_change: Option<Spanned<OnChange>>,
+    signal: Option<Spanned<SignalName>>,
+    exec: Option<Spanned<Argv>>,
+    debounce: Option<Dur>,
+}
+
+impl RawWatch {
+    fn into_watch(self, text: &str) -> Result<Watch, String> {
+        let paths_span = self.paths.span();
+        let paths = self.paths.into_inner();
+        if paths.is_empty() {
+            return Err(at(
+                text,
+                paths_span,
+                "`paths` is empty: name at least one file or directory",
+            ));
+        }
+        if let Some(p) = paths.iter().find(|p| p.as_os_str().is_empty()) {
+            return Err(at(
+                text,
+                paths_span,
+                &format!("`paths` holds an empty path ({p:?})"),
+            ));
+        }
+        let name = self
+            .name
+            .unwrap_or_else(|| paths[0].to_string_lossy().into_owned());
+        let label = format!("watch {name:?}");
+
+        let Some(on_change) = self.on_change else {
+            return Err(at(
+                text,
+                paths_span,
+                &format!(
+                    "{label} has no `on_change`: say what a valid change does, one of \
+                     \"signal\", \"restart\", \"exec\" or \"none\""
+                ),
+            ));
+        };
+        let kind = *on_change.get_ref();
+        if let (Some(sig), false) = (&self.signal, kind == OnChange::Signal) {
+            return Err(at(
+                text,
+                sig.span(),
+                &format!("{label}: `signal` is only used with on_change = \"signal\""),
+            ));
+        }
+        if let (Some(exec), false) = (&self.exec, kind == OnChange::Exec) {
+            return Err(at(
+                text,
+                exec.span(),
+                &format!("{label}: `exec` is only used with on_change = \"exec\""),
+            ));
+        }
+        let action = match kind {
+            OnChange::Signal => {
+                Action::Signal(self.signal.map_or(Signal::SIGHUP, |s| s.into_inner().0))
+            }
+            OnChange::Restart => Action::Restart,
+            OnChange::None => Action::None,
+            OnChange::Exec => match self.exec {
+                Some(argv) => Action::Exec(argv.into_inner().0),
+                None => {
+                    return Err(at(
+                        text,
+                        on_change.span(),
+                        &format!("{label}: on_change = \"exec\" needs `exec`, the command to run"),
+                    ));
+                }
+            },
+        };
+        Ok(Watch {
+            name,
+            paths,
+            check: self.check.map(|a| a.0),
+            check_timeout: self.check_timeout.map_or(Duration::from_secs(10), |d| d.0),
+            action,
+            debounce: self.debounce.map_or(Duration::from_millis(100), |d| d.0),
+        })
+    }
+}
+
+// ------------------------------------------------------------ value types
+
+/// A duration written as a string with a unit.
+struct Dur(Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = StringOnly::deserialize(d, "a duration such as \"500ms\", \"10s\" or \"2m\"")?;
+        parse_duration(&s).map(Dur).map_err(de::Error::custom)
+    }
+}
+
+impl<'de> Deserialize<'de> for SignalName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = StringOnly::deserialize(d, "a signal name such as \"SIGHUP\"")?;
+        s.parse().map_err(de::Error::custom)
+    }
+}
+
+/// A command as an argv list: never empty, never run through a shell.
+struct Argv(Vec<String>);
+
+impl<'de> Deserialize<'de> for Argv {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let argv = Vec::<String>::deserialize(d)?;
+        match argv.first() {
+            None => Err(de::Error::custom(
+                "the command is empty: give the program and its arguments, like [\"nginx\", \"-t\"]",
+            )),
+            Some(p) if p.is_empty() => {
+                Err(de::Error::custom("the command's program name is empty"))
+            }
+            _ if argv.iter().any(|a| a.contains('\0')) => {
+                Err(de::Error::custom("a command argument contains a NUL byte"))
+            }
+            _ => Ok(Argv(argv)),
+        }
+    }
+}
+
+/// An environment value: a string without NUL bytes.
+struct EnvValue(String);
+
+impl<'de> Deserialize<'de> for EnvValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = StringOnly::deserialize(d, "a string (quote numbers: PORT = \"8080\")")?;
+        if s.contains('\0') {
+            return Err(de::Error::custom("an env value contains a NUL byte"));
+        }
+        Ok(EnvValue(s))
+    }
+}
+
+/// Deserializes a string, with an error that says what the string should hold.
+struct StringOnly;
+
+impl StringOnly {
+    fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+        what: &'static str,
+    ) -> Result<String, D::Error> {
+        struct V(&'static str);
+        impl de::Visitor<'_> for V {
+            type Value = String;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.0)
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
+                Ok(v.to_string())
+            }
+        }
+        d.deserialize_str(V(what))
+    }
+}
+
+/// Parses `"500ms"`, `"10s"`, `"2m"`, `"1h"`, `"1.5s"`, or several of them
+/// run together (`"1m30s"`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let bad = || {
+        format!(
+            "invalid duration {s:?}: write a number and a unit, like \"500ms\", \"10s\" or \"2m\""
+        )
+    };
+    let mut rest = s.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    let mut total = Duration::ZERO;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        let (num, tail) = rest.split_at(num_len);
+        let unit_len = tail
+            .find(|c: char| !c.is_ascii_alphabetic())
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let value: f64 = num.parse().map_err(|_| bad())?;
+        let seconds = match unit {
+            "ms" => value / 1000.0,
+            "s" => value,
+            "m" => value * 60.0,
+            "h" => value * 3600.0,
+            _ => return Err(bad()),
+        };
+        total += Duration::try_from_secs_f64(seconds).map_err(|_| bad())?;
+        rest = tail;
+    }
+    Ok(total)
+}
+
+/// The shortest exact form of a duration, in the syntax `parse_duration` reads.
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if d.subsec_nanos() % 1_000_000 != 0 {
+        format!("{}s", d.as_secs_f64())
+    } else if ms % 3_600_000 == 0 && ms > 0 {
+        format!("{}h", ms / 3_600_000)
+    } else if ms % 60_000 == 0 && ms > 0 {
+        format!("{}m", ms / 60_000)
+    } else if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+// ------------------------------------------------------------ error text
+
+/// The TOML error as the parser states it (it names line and column and
+/// shows the line), plus a suggestion when an unknown key is close to a known one.
+fn explain_toml_error(e: &toml::de::Error) -> String {
+    let mut text = e.to_string().trim_end().to_string();
+    if let Some(hint) = unknown_key_hint(e.message()) {
+        text.push_str("\nhelp: ");
+        text.push_str(&hint);
+    }
+    text
+}
+
+/// serde states an unknown key as "unknown field `x`, expected one of `a`, `b`".
+fn unknown_key_hint(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (key, expected) = rest.split_once('`')?;
+    let best = expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|candidate| (edit_distance(key, candidate), candidate))
+        .min()?;
+    let limit = if key.len() <= 4 { 1 } else { 2 };
+    let best = if best.0 <= limit {
+        Some(best.1)
+    } else {
+        // `watches` for `watch`, `services` for `service`.
+        expected
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .find(|c| key.starts_with(c) || c.starts_with(key))
+    }?;
+    Some(format!("did you mean `{best}`?"))
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            cur.push((prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// "line L, column C: message", for rules checked after parsing.
+fn at(text: &str, span: Range<usize>, message: &str) -> String {
+    let before = &text[..span.start.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    format!("line {line}, column {column}: {message}")
+}
+
+fn quote(s: &str) -> String {
+    // A JSON string is a valid TOML basic string.
+    serde_json::to_string(s).expect("a string always serializes")
+}
+
+fn quote_list(items: &[String]) -> String {
+    let inner: Vec<String> = items.iter().map(|s| quote(s)).collect();
+    format!("[{}]", inner.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> String {
+        Config::parse(text).unwrap_err()
+    }
+
+    #[test]
+    fn an_empty_file_means_all_defaults() {
+        let c = Config::parse("").unwrap();
+        assert_eq!(c.service, Service::default());
+        assert!(c.watches.is_empty());
+        assert_eq!(c.service.stop_timeout, Duration::from_secs(10));
+        assert_eq!(c.service.restart, Restart::Never);
+    }
+
+    #[test]
+    fn the_contract_example_parses() {
+        let c = Config::parse(
+            r#"
+[service]
+command = ["nginx", "-g", "daemon off;"]
+working_dir = "/srv"
+env = { LOG_LEVEL = "info" }
+stop_signal = "SIGQUIT"
+stop_timeout = "10s"
+restart = "on-failure"
+process_group = true
+
+[readiness]
+file = "/run/tend/ready"
+status_file = "/run/tend/status.json"
+
+[[watch]]
+name = "nginx"
+paths = ["/etc/nginx/conf.d"]
+check = ["nginx", "-t"]
+check_timeout = "10s"
+on_change = "signal"
+signal = "HUP"
+debounce = "100ms"
+
+[[watch]]
+paths = ["/etc/app/secret"]
+on_change = "exec"
+exec = ["nginx", "-s", "reload"]
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.service.command.as_deref().unwrap()[0], "nginx");
+        assert_eq!(c.service.stop_signal, Signal::SIGQUIT);
+        assert_eq!(c.service.restart, Restart::OnFailure);
+        assert!(c.service.process_group);
+        assert_eq!(c.service.env["LOG_LEVEL"], "info");
+        assert_eq!(
+            c.readiness.file.as_deref(),
+            Some(Path::new("/run/tend/ready"))
+        );
+        assert_eq!(c.watches[0].action, Action::Signal(Signal::SIGHUP));
+        assert_eq!(c.watches[1].name, "/etc/app/secret");
+        assert_eq!(
+            c.watches[1].action,
+            Action::Exec(vec!["nginx".into(), "-s".into(), "reload".into()])
+        );
+        assert_eq!(c.watches[1].debounce, Duration::from_millis(100));
+    }
+
+    #[test]
+    fn describe_round_trips() {
+        let text = r#"
+[service]
+command = ["a b", "\"quoted\""]
+env = { "WEIRD KEY" = "x" }
+stop_timeout = "1500ms"
+[readiness]
+file = "/r"
+[[watch]]
+name = "w"
+paths = ["/p"]
+check = ["true"]
+on_change = "signal"
+signal = "USR1"
+debounce = "2m"
+"#;
+        let c = Config::parse(text).unwrap();
+        let again = Config::parse(&c.describe()).unwrap();
+        assert_eq!(c, again);
+    }
+
+    #[test]
+    fn a_syntax_error_names_line_and_column() {
+        let e = err("[service]\ncommand = [\"true\"]\nstop_timeout = 10s\n");
+        assert!(e.contains("line 3"), "{e}");
+    }
+
+    #[test]
+    fn an_unknown_key_is_named_with_a_suggestion() {
+        let e = err("[service]\ncommand = [\"true\"]\nrestrat = \"always\"\n");
+        assert!(e.contains("restrat"), "{e}");
+        assert!(e.contains("did you mean `restart`"), "{e}");
+        assert!(e.contains("line 3"), "{e}");
+        let e = err("[[watches]]\npaths = [\"/x\"]\n");
+        assert!(e.contains("did you mean `watch`"), "{e}");
+    }
+
+    #[test]
+    fn wrong_types_are_errors_with_the_line() {
+        let e = err("[service]\nprocess_group = \"yes\"\n");
+        assert!(e.contains("line 2") && e.contains("bool"), "{e}");
+        let e = err("[service]\nenv = { PORT = 8080 }\n");
+        assert!(e.contains("line 2") && e.contains("quote numbers"), "{e}");
+        let e = err("[service]\nstop_timeout = 10\n");
+        assert!(e.contains("line 2") && e.contains("duration"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_errors_that_name_them() {
+        let e = err("[service]\nstop_timeout = \"soon\"\n");
+        assert!(e.contains("\"soon\"") && e.contains("line 2"), "{e}");
+        let e = err("[service]\nstop_signal = \"SIGBOGUS\"\n");
+        assert!(e.contains("SIGBOGUS") && e.contains("line 2"), "{e}");
+        let e = err("[service]\ncommand = []\n");
+        assert!(e.contains("empty") && e.contains("line 2"), "{e}");
+        let e = err("[service]\nrestart = \"sometimes\"\n");
+        assert!(e.contains("sometimes") && e.contains("on-failure"), "{e}");
+    }
+
+    #[test]
+    fn watch_rules_across_keys_name_the_line() {
+        let e = err("[[watch]]\npaths = [\"/x\"]\n");
+        assert!(e.contains("on_change") && e.contains("line 2"), "{e}");
+        let e = err("[[watch]]\npaths = [\"/x\"]\non_change = \"exec\"\n");
+        assert!(e.contains("needs `exec`") && e.contains("line 3"), "{e}");
+        let e = err("[[watch]]\npaths = [\"/x\"]\non_change = \"restart\"\nsignal = \"HUP\"\n");
+        assert!(e.contains("only used with") && e.contains("line 4"), "{e}");
+        let e = err("[[watch]]\npaths = []\non_change = \"none\"\n");
+        assert!(e.contains("empty") && e.contains("line 2"), "{e}");
+        let e = err(
+            "[[watch]]\npaths = [\"/x\"]\non_change = \"none\"\n[[watch]]\npaths = [\"/x\"]\non_change = \"none\"\n",
+        );
+        assert!(e.contains("two watches"), "{e}");
+        let e = err("[[watch]]\npaths = [\"/x\"]\non_change = \"reload\"\n");
+        assert!(e.contains("reload") && e.contains("line 3"), "{e}");
+    }
+
+    #[test]
+    fn a_signal_watch_defaults_to_sighup() {
+        let c = Config::parse("[[watch]]\npaths = [\"/x\"]\non_change = \"signal\"\n").unwrap();
+        assert_eq!(c.watches[0].action, Action::Signal(Signal::SIGHUP));
+        assert_eq!(c.watches[0].check_timeout, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("0s").unwrap(), Duration::ZERO);
+        for bad in ["", "10", "s", "10 s", "ten s", "5d", "-1s", "1..2s"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} should be rejected");
+        }
+    }
+
+    #[test]
+    fn durations_format_in_their_shortest_exact_form() {
+        for (d, s) in [
+            (Duration::from_millis(100), "100ms"),
+            (Duration::from_secs(10), "10s"),
+            (Duration::from_secs(120), "2m"),
+            (Duration::from_secs(7200), "2h"),
+            (Duration::ZERO, "0s"),
+        ] {
+            assert_eq!(format_duration(d), s);
+            assert_eq!(parse_duration(s).unwrap(), d);
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! tend: PID 1 for application containers. See README.md for the contract.
+
+mod cli;
+mod config;
+mod log;
+mod process;
+mod signals;
+mod supervisor;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Mode};
+use crate::config::{Config, ConfigError};
+
+/// Why tend stopped before or instead of running the service.
+enum Failure {
+    /// Bad command line or config: exit 2, nothing started.
+    Usage(String),
+    Config(ConfigError),
+    /// tend itself failed: exit 1.
+    Internal(anyhow::Error),
+}
+
+fn main() -> ExitCode {
+    // First, before any thread or child exists: see signals.rs.
+    if let Err(e) = signals::take_over() {
+        eprintln!("tend: cannot block signals with sigprocmask(): {e}");
+        return ExitCode::from(1);
+    }
+    let cli = Cli::parse();
+    if let Err(e) = log::init() {
+        eprintln!("tend: {e}");
+        return ExitCode::from(2);
+    }
+    let code = match run(cli) {
+        Ok(code) => code,
+        Err(Failure::Usage(msg)) => {
+            eprintln!("tend: {msg}");
+            2
+        }
+        Err(Failure::Config(e)) => {
+            eprintln!("tend: {e}");
+            2
+        }
+        Err(Failure::Internal(e)) => {
+            eprintln!("tend: {e:#}");
+            1
+        }
+    };
+    ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1))
+}
+
+fn run(cli: Cli) -> Result<i32, Failure> {
+    let config_path = find_config(cli.config)?;
+    match cli.mode {
+        Some(Mode::CheckConfig) => check_config(config_path),
+        Some(Mode::Probe) => Err(Failure::Usage(
+            "`tend probe` is not implemented yet: readiness arrives with config watching".into(),
+        )),
+        None => {
+            let config = match &config_path {
+                Some(path) => Config::load(path).map_err(Failure::Config)?,
+                None => Config::default(),
+            };
+            let argv = if !cli.command.is_empty() {
+                cli.command
+            } else if let Some(argv) = config.service.command.clone() {
+                argv
+            } else {
+                return Err(Failure::Usage(match &config_path {
+                    Some(p) => format!(
+                        "no command to run: set service.command in {} or give one after `--`",
+                        p.display()
+                    ),
+                    None => {
+                        "no command to run: usage is `tend [--config PATH] -- COMMAND [ARG...]` \
+                             (see tend --help)"
+                            .into()
+                    }
+                }));
+            };
+            if let Some(dir) = &config.service.working_dir
+                && !dir.is_dir()
+            {
+                return Err(Failure::Usage(format!(
+                    "service.working_dir {} is not a directory",
+                    dir.display()
+                )));
+            }
+            if !config.watches.is_empty() || config.readiness != Default::default() {
+                tracing::warn!(
+                    "[[watch]] and [readiness] are validated but not acted on yet: \
+                     this build does not watch config or write readiness files"
+                );
+            }
+            supervisor::Supervisor::new(&config, argv)
+                .and_then(|s| s.run())
+                .map_err(Failure::Internal)
+        }
+    }
+}
+
+/// `--config`, else `$TEND_CONFIG`, else the default path when it exists.
+/// A path that was asked for explicitly must exist.
+fn find_config(flag: Option<PathBuf>) -> Result<Option<PathBuf>, Failure> {
+    let (path, origin) = match (flag, std::env::var_os("TEND_CONFIG")) {
+        (Some(p), _) => (p, "--config"),
+        (None, Some(p)) if !p.is_empty() => (PathBuf::from(p), "$TEND_CONFIG"),
+        _ => {
+            let default = Path::new(config::DEFAULT_PATH);
+            return Ok(default.exists().then(|| default.to_path_buf()));
+        }
+    };
+    if !path.exists() {
+        return Err(Failure::Usage(format!(
+            "config file {} (from {origin}) does not exist",
+            path.display()
+        )));
+    }
+    Ok(Some(path))
+}
+
+fn check_config(path: Option<PathBuf>) -> Result<i32, Failure> {
+    let Some(path) = path else {
+        return Err(Failure::Usage(format!(
+            "no config to check: pass --config PATH, set $TEND_CONFIG, or create {}",
+            config::DEFAULT_PATH
+        )));
+    };
+    let config = Config::load(&path).map_err(Failure::Config)?;
+    println!(
+        "# {}: valid. With defaults filled in, it means:\n",
+        path.display()
+    );
+    print!("{}", config.describe());
+    Ok(0)
+}
