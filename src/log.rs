@@ -10,8 +10,11 @@ use tracing_subscriber::prelude::*;
 /// Installs the subscriber. The error names the variable that is wrong.
 pub fn init() -> Result<(), String> {
     let filter = match std::env::var("TEND_LOG") {
-        Ok(v) if !v.trim().is_empty() => v.parse::<Targets>().map_err(|e| {
-            format!("TEND_LOG={v:?} is not a level or filter ({e}): use error, warn, info, debug or trace")
+        Ok(v) if !v.trim().is_empty() => parse_filter(&v).ok_or_else(|| {
+            format!(
+                "TEND_LOG={v:?} is not a level or filter: use off, error, warn, info, debug or trace, \
+                 or target=level directives separated by commas"
+            )
         })?,
         _ => Targets::new().with_default(LevelFilter::INFO),
     };
@@ -41,4 +44,43 @@ pub fn init() -> Result<(), String> {
         registry.with(layer).init();
     }
     Ok(())
+}
+
+/// env-filter directives, each of which must name a level: `debug`, or
+/// `tend=debug,tend::watch=trace`. A bare word that is not a level would be
+/// read as a target and silently change nothing, so it is refused.
+fn parse_filter(text: &str) -> Option<Targets> {
+    let is_level = |l: &str| {
+        ["off", "error", "warn", "info", "debug", "trace"]
+            .contains(&l.trim().to_ascii_lowercase().as_str())
+    };
+    let valid = text.split(',').all(|d| match d.split_once('=') {
+        Some((target, level)) => !target.trim().is_empty() && is_level(level),
+        None => is_level(d),
+    });
+    if !valid {
+        return None;
+    }
+    text.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_must_name_levels() {
+        for ok in [
+            "info",
+            "DEBUG",
+            "warn,tend=trace",
+            "tend::supervisor=debug",
+            "off",
+        ] {
+            assert!(parse_filter(ok).is_some(), "{ok}");
+        }
+        for bad in ["chatty", "tend=loud", "=info", "info,", "verbose"] {
+            assert!(parse_filter(bad).is_none(), "{bad}");
+        }
+    }
 }

@@ -128,7 +128,7 @@ pub fn spawn(spec: Spec<'_>) -> Result<Pid, SpawnError> {
     // SAFETY: SIGRTMAX is a plain read of a libc constant, done before fork.
     let last_signal = libc::SIGRTMAX();
     // SAFETY: the hook only calls async-signal-safe functions (tcsetpgrp,
-    // getpid, sigaction, sigprocmask) on stack values, and never allocates.
+    // getpid, rt_sigaction, sigprocmask) on stack values, and never allocates.
     unsafe {
         cmd.pre_exec(move || {
             if take_terminal {
@@ -164,16 +164,26 @@ pub fn spawn(spec: Spec<'_>) -> Result<Pid, SpawnError> {
 }
 
 /// Default dispositions for every signal and an empty mask. Async-signal-safe.
+///
+/// The raw `rt_sigaction` syscall rather than glibc's `sigaction`: glibc
+/// refuses to touch the two signals it reserves (32 and 33), and a parent that
+/// ignored them would otherwise pass that on to the service.
 fn reset_signal_state(last_signal: i32) {
-    // SAFETY: sigaction and sigprocmask on zeroed, initialised stack values.
+    // The kernel's struct sigaction: handler, flags, restorer, mask. All zero
+    // is SIG_DFL with no flags and an empty mask.
+    let dfl = [0u64; 4];
+    // SAFETY: rt_sigaction reads `dfl` (sized for the kernel's struct) and
+    // sigprocmask reads a zeroed, initialised sigset.
     unsafe {
-        let mut dfl: libc::sigaction = std::mem::zeroed();
-        dfl.sa_sigaction = libc::SIG_DFL;
-        libc::sigemptyset(&mut dfl.sa_mask);
         for sig in 1..=last_signal {
             if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                // glibc reserves 32 and 33 and answers EINVAL: nothing to reset.
-                libc::sigaction(sig, &dfl, std::ptr::null_mut());
+                libc::syscall(
+                    libc::SYS_rt_sigaction,
+                    sig,
+                    dfl.as_ptr(),
+                    std::ptr::null_mut::<u64>(),
+                    std::mem::size_of::<u64>(),
+                );
             }
         }
         let mut empty: libc::sigset_t = std::mem::zeroed();

@@ -1,0 +1,331 @@
+//! Helpers for the integration tests: a sandbox directory, the instrumented
+//! service (tests/support/service.py), and tend started as the real PID 1 of a
+//! new PID namespace (`unshare --pid --fork --mount-proc`, which needs root).
+//!
+//! Tests synchronise on files (the service's log, tend's stderr, the ready
+//! file) with bounded waits; nothing sleeps for a fixed time unless it is
+//! checking that something does *not* happen.
+
+#![allow(dead_code)]
+
+use std::fs;
+use std::io::Read as _;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const TEND: &str = env!("CARGO_BIN_EXE_tend");
+
+/// Waits until `f` returns Some, polling every 10 ms, or panics after
+/// `timeout` naming what it waited for.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+pub fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s)
+}
+
+pub struct Sandbox {
+    dir: tempfile::TempDir,
+}
+
+impl Sandbox {
+    pub fn new() -> Sandbox {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "the integration tests run tend as PID 1 with `unshare --pid`: run them as root"
+        );
+        Sandbox {
+            dir: tempfile::Builder::new()
+                .prefix("tend-test-")
+                .tempdir()
+                .unwrap(),
+        }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    pub fn write(&self, rel: &str, content: &str) -> PathBuf {
+        let p = self.path(rel);
+        if let Some(parent) = p.parent() {
+            fs::create_dir_all(parent).unwrap();
+        }
+        fs::write(&p, content).unwrap();
+        p
+    }
+
+    /// Writes supervisor.toml and returns its path.
+    pub fn config(&self, toml: &str) -> PathBuf {
+        self.write("supervisor.toml", toml)
+    }
+
+    /// The argv of the instrumented service, logging to this sandbox.
+    pub fn service(&self, extra: &[&str]) -> Vec<String> {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/service.py");
+        let mut argv = vec![
+            "python3".to_string(),
+            script.display().to_string(),
+            "--log".into(),
+            self.path("service.log").display().to_string(),
+        ];
+        argv.extend(extra.iter().map(|s| s.to_string()));
+        argv
+    }
+
+    /// The service's argv as a TOML array.
+    pub fn service_toml(&self, extra: &[&str]) -> String {
+        toml_list(&self.service(extra))
+    }
+
+    /// Lines of the service log that start with `prefix`.
+    pub fn log(&self, prefix: &str) -> Vec<String> {
+        fs::read_to_string(self.path("service.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with(prefix))
+            .map(String::from)
+            .collect()
+    }
+
+    /// Waits for at least `n` lines starting with `prefix` and returns them all.
+    pub fn wait_log(&self, prefix: &str, n: usize, timeout: Duration) -> Vec<String> {
+        wait_for(&format!("{n} log line(s) {prefix:?}"), timeout, || {
+            let lines = self.log(prefix);
+            (lines.len() >= n).then_some(lines)
+        })
+    }
+
+    pub fn tend(&self) -> TendBuilder<'_> {
+        TendBuilder {
+            sandbox: self,
+            args: Vec::new(),
+            env: Vec::new(),
+            pid1: true,
+            stdin: None,
+            pre_exec: None,
+        }
+    }
+}
+
+pub fn toml_list(items: &[String]) -> String {
+    let quoted: Vec<String> = items.iter().map(|s| format!("{s:?}")).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+pub struct TendBuilder<'a> {
+    sandbox: &'a Sandbox,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    pid1: bool,
+    stdin: Option<Stdio>,
+    pre_exec: Option<Box<dyn FnMut() -> std::io::Result<()> + Send + Sync>>,
+}
+
+impl TendBuilder<'_> {
+    pub fn args<S: AsRef<str>>(mut self, args: &[S]) -> Self {
+        self.args
+            .extend(args.iter().map(|s| s.as_ref().to_string()));
+        self
+    }
+
+    pub fn config(self, path: &Path) -> Self {
+        self.args(&["--config", &path.display().to_string()])
+    }
+
+    /// `-- COMMAND...`
+    pub fn command<S: AsRef<str>>(self, argv: &[S]) -> Self {
+        self.args(&["--"]).args(argv)
+    }
+
+    pub fn env(mut self, k: &str, v: &str) -> Self {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+
+    /// Runs tend directly (as a subreaper) rather than as PID 1.
+    pub fn not_pid1(mut self) -> Self {
+        self.pid1 = false;
+        self
+    }
+
+    pub fn stdin(mut self, stdin: Stdio) -> Self {
+        self.stdin = Some(stdin);
+        self
+    }
+
+    /// Runs in the child before exec (before unshare, which passes on what it inherited).
+    pub fn pre_exec(
+        mut self,
+        f: impl FnMut() -> std::io::Result<()> + Send + Sync + 'static,
+    ) -> Self {
+        self.pre_exec = Some(Box::new(f));
+        self
+    }
+
+    pub fn start(self) -> Tend {
+        let out = self.sandbox.path("tend.stdout");
+        let err = self.sandbox.path("tend.stderr");
+        let mut cmd = if self.pid1 {
+            let mut c = Command::new("unshare");
+            c.args(["--pid", "--fork", "--mount-proc", TEND]);
+            c
+        } else {
+            Command::new(TEND)
+        };
+        cmd.args(&self.args)
+            .current_dir(self.sandbox.path(""))
+            .env_remove("TEND_CONFIG")
+            .env_remove("TEND_LOG")
+            .env_remove("TEND_LOG_FORMAT")
+            .envs(self.env)
+            .stdin(self.stdin.unwrap_or(Stdio::null()))
+            .stdout(fs::File::create(&out).unwrap())
+            .stderr(fs::File::create(&err).unwrap());
+        if let Some(mut f) = self.pre_exec {
+            // SAFETY: test-only hooks, documented as async-signal-safe by their callers.
+            unsafe { cmd.pre_exec(move || f()) };
+        } else {
+            cmd.process_group(0);
+        }
+        let child = cmd.spawn().expect("start tend");
+        let started = Instant::now();
+        Tend {
+            child,
+            pid1: self.pid1,
+            host_pid: None,
+            out,
+            err,
+            started,
+        }
+    }
+
+    /// Starts tend and waits for it to exit: (exit code, stdout, stderr).
+    pub fn run(self, timeout: Duration) -> (i32, String, String) {
+        let mut t = self.start();
+        let code = t.wait(timeout);
+        (code, t.stdout(), t.stderr())
+    }
+}
+
+pub struct Tend {
+    child: Child,
+    pid1: bool,
+    host_pid: Option<i32>,
+    out: PathBuf,
+    err: PathBuf,
+    pub started: Instant,
+}
+
+impl Tend {
+    /// tend's pid as this test sees it (under unshare, the child of unshare).
+    pub fn pid(&mut self) -> i32 {
+        if let Some(p) = self.host_pid {
+            return p;
+        }
+        let p = if self.pid1 {
+            let unshare = self.child.id();
+            wait_for("tend to start under unshare", secs(10.0), || {
+                fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children"))
+                    .ok()?
+                    .split_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+        } else {
+            self.child.id() as i32
+        };
+        self.host_pid = Some(p);
+        p
+    }
+
+    pub fn signal(&mut self, sig: nix::sys::signal::Signal) {
+        let pid = self.pid();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).unwrap();
+    }
+
+    /// Waits for tend to exit and returns its exit code (128+N for a signal).
+    pub fn wait(&mut self, timeout: Duration) -> i32 {
+        let status = wait_for("tend to exit", timeout, || self.child.try_wait().unwrap());
+        use std::os::unix::process::ExitStatusExt;
+        status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap())
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    pub fn stdout(&self) -> String {
+        fs::read_to_string(&self.out).unwrap_or_default()
+    }
+
+    pub fn stderr(&self) -> String {
+        fs::read_to_string(&self.err).unwrap_or_default()
+    }
+
+    /// Waits until tend's log contains `needle`.
+    pub fn wait_stderr(&self, needle: &str, timeout: Duration) -> String {
+        wait_for(&format!("{needle:?} in tend's log"), timeout, || {
+            let e = self.stderr();
+            e.contains(needle).then_some(e)
+        })
+    }
+
+    /// Host pids of tend's children, with their state letter (R, S, Z, ...).
+    pub fn children(&mut self) -> Vec<(i32, char)> {
+        let tend = self.pid();
+        let mut out = Vec::new();
+        for entry in fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let mut stat = String::new();
+            if fs::File::open(format!("/proc/{pid}/stat"))
+                .and_then(|mut f| f.read_to_string(&mut stat))
+                .is_err()
+            {
+                continue;
+            }
+            let Some((_, rest)) = stat.rsplit_once(')') else {
+                continue;
+            };
+            let mut fields = rest.split_whitespace();
+            let state = fields.next().and_then(|s| s.chars().next()).unwrap_or('?');
+            let ppid: i32 = fields.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+            if ppid == tend {
+                out.push((pid, state));
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Tend {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            if let Some(p) = self.host_pid {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(p),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! supervisor.toml errors and `tend check-config`.
+
+mod common;
+
+use common::*;
+
+fn check_config(sb: &Sandbox, toml: &str) -> (i32, String, String) {
+    let cfg = sb.config(toml);
+    sb.tend()
+        .not_pid1()
+        .args(&["check-config"])
+        .config(&cfg)
+        .run(secs(10.0))
+}
+
+#[test]
+fn check_config_prints_the_config_with_defaults_filled_in() {
+    let sb = Sandbox::new();
+    let (code, out, err) = check_config(
+        &sb,
+        "[service]\ncommand = [\"nginx\", \"-g\", \"daemon off;\"]\n\n\
+         [[watch]]\npaths = [\"/etc/nginx\"]\non_change = \"signal\"\n",
+    );
+    assert_eq!(code, 0, "{err}");
+    for expected in [
+        "command = [\"nginx\", \"-g\", \"daemon off;\"]",
+        "stop_signal = \"SIGTERM\"",
+        "stop_timeout = \"10s\"",
+        "restart = \"never\"",
+        "process_group = false",
+        "name = \"/etc/nginx\"",
+        "signal = \"SIGHUP\"",
+        "check_timeout = \"10s\"",
+        "debounce = \"100ms\"",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+    // What it prints is itself a valid config that means the same.
+    let again = sb.write("again.toml", &out);
+    let (code, out2, _) = sb
+        .tend()
+        .not_pid1()
+        .args(&["check-config"])
+        .config(&again)
+        .run(secs(10.0));
+    assert_eq!(code, 0);
+    assert_eq!(
+        out.lines().skip(1).collect::<Vec<_>>(),
+        out2.lines().skip(1).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn a_syntax_error_exits_2_and_names_line_and_column() {
+    let sb = Sandbox::new();
+    let (code, _, err) = check_config(&sb, "[service]\ncommand = [\"true\"]\nstop_timeout = 10s\n");
+    assert_eq!(code, 2);
+    assert!(err.contains("line 3, column 16"), "{err}");
+    assert!(
+        err.contains("supervisor.toml"),
+        "the error names the file: {err}"
+    );
+}
+
+#[test]
+fn an_unknown_key_is_named_with_a_suggestion() {
+    let sb = Sandbox::new();
+    let (code, _, err) = check_config(
+        &sb,
+        "[service]\ncommand = [\"true\"]\nrestrat = \"always\"\n",
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("restrat") && err.contains("did you mean `restart`?"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_values_exit_2_and_name_what_is_wrong() {
+    let sb = Sandbox::new();
+    for (toml, needle) in [
+        ("[service]\nstop_timeout = \"soon\"\n", "\"soon\""),
+        ("[service]\nstop_signal = \"SIGBOGUS\"\n", "SIGBOGUS"),
+        ("[service]\ncommand = []\n", "command is empty"),
+        ("[service]\nprocess_group = 1\n", "expected a boolean"),
+        ("[service]\nrestart = \"sometimes\"\n", "sometimes"),
+        (
+            "[[watch]]\npaths = [\"/x\"]\non_change = \"exec\"\n",
+            "needs `exec`",
+        ),
+        (
+            "[[watch]]\npaths = [\"/x\"]\non_change = \"signal\"\nsignal = \"SIGNOPE\"\n",
+            "SIGNOPE",
+        ),
+        ("[readiness]\nfile = 3\n", "line 2"),
+    ] {
+        let (code, _, err) = check_config(&sb, toml);
+        assert_eq!(code, 2, "{toml}");
+        assert!(
+            err.contains(needle),
+            "expected {needle:?} for {toml:?} in:\n{err}"
+        );
+    }
+}
+
+#[test]
+fn a_bad_config_starts_nothing() {
+    let sb = Sandbox::new();
+    let marker = sb.path("ran");
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = [\"touch\", {:?}]\nstop_timeout = \"soon\"\n",
+        marker.display().to_string()
+    ));
+    let (code, _, _) = sb.tend().config(&cfg).run(secs(10.0));
+    assert_eq!(code, 2);
+    assert!(!marker.exists());
+}
+
+#[test]
+fn a_missing_config_file_is_an_error() {
+    let sb = Sandbox::new();
+    let (code, _, err) = sb
+        .tend()
+        .not_pid1()
+        .args(&["--config", "/no/such/supervisor.toml", "--", "true"])
+        .run(secs(10.0));
+    assert_eq!(code, 2);
+    assert!(err.contains("/no/such/supervisor.toml"), "{err}");
+    let (code, _, err) = sb.tend().not_pid1().args(&["check-config"]).run(secs(10.0));
+    assert_eq!(code, 2, "nothing to check: {err}");
+}
+
+#[test]
+fn a_config_without_a_command_needs_one_after_the_double_dash() {
+    let sb = Sandbox::new();
+    let cfg = sb.config("[service]\nstop_timeout = \"1s\"\n");
+    let (code, _, err) = sb.tend().config(&cfg).run(secs(10.0));
+    assert_eq!(code, 2);
+    assert!(err.contains("service.command"), "{err}");
+    let (code, _, _) = sb.tend().config(&cfg).command(&["true"]).run(secs(10.0));
+    assert_eq!(code, 0);
+}
