@@ -194,9 +194,9 @@ impl TendBuilder<'_> {
             .stdin(self.stdin.unwrap_or(Stdio::null()))
             .stdout(fs::File::create(&out).unwrap())
             .stderr(fs::File::create(&err).unwrap());
-        if let Some(mut f) = self.pre_exec {
+        if let Some(f) = self.pre_exec {
             // SAFETY: test-only hooks, documented as async-signal-safe by their callers.
-            unsafe { cmd.pre_exec(move || f()) };
+            unsafe { cmd.pre_exec(f) };
         } else {
             cmd.process_group(0);
         }
