@@ -3,9 +3,13 @@
 mod cli;
 mod config;
 mod log;
+mod probe;
 mod process;
+mod reload;
 mod signals;
+mod status;
 mod supervisor;
+mod watch;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -57,9 +61,16 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     let config_path = find_config(cli.config)?;
     match cli.mode {
         Some(Mode::CheckConfig) => check_config(config_path),
-        Some(Mode::Probe) => Err(Failure::Usage(
-            "`tend probe` is not implemented yet: readiness arrives with config watching".into(),
-        )),
+        Some(Mode::Probe) => {
+            let Some(path) = config_path else {
+                return Err(Failure::Usage(format!(
+                    "no config to probe: pass --config PATH, set $TEND_CONFIG, or create {}",
+                    config::DEFAULT_PATH
+                )));
+            };
+            let config = Config::load(&path).map_err(Failure::Config)?;
+            probe::probe(&config.readiness).map_err(Failure::Usage)
+        }
         None => {
             let config = match &config_path {
                 Some(path) => Config::load(path).map_err(Failure::Config)?,
@@ -89,12 +100,6 @@ fn run(cli: Cli) -> Result<i32, Failure> {
                     "service.working_dir {} is not a directory",
                     dir.display()
                 )));
-            }
-            if !config.watches.is_empty() || config.readiness != Default::default() {
-                tracing::warn!(
-                    "[[watch]] and [readiness] are validated but not acted on yet: \
-                     this build does not watch config or write readiness files"
-                );
             }
             supervisor::Supervisor::new(&config, argv)
                 .and_then(|s| s.run())

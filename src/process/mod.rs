@@ -6,6 +6,7 @@
 //! registers it before the event loop runs again, so no exit status can
 //! arrive for a pid nobody knows yet.
 
+pub mod job;
 pub mod reaper;
 pub mod service;
 pub mod spawn;

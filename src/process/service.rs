@@ -90,6 +90,15 @@ impl Service {
         }
     }
 
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// How many times the service was started again, for any reason.
+    pub fn restarts(&self) -> u32 {
+        self.restarts
+    }
+
     /// The pid while the process exists (running or stopping).
     pub fn pid(&self) -> Option<Pid> {
         match self.state {

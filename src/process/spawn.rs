@@ -35,7 +35,6 @@ pub enum Output {
     /// stdin, stdout and stderr are tend's own, untouched (the service).
     Inherit,
     /// stdin is /dev/null; stdout and stderr both go to this pipe (checks).
-    #[expect(dead_code, reason = "checks arrive with config watching")]
     Pipe(OwnedFd),
 }
 

@@ -1,0 +1,70 @@
+//! `tend probe`: readiness for `readinessProbe: exec` in images without a
+//! shell. It reads what the running tend wrote; it never talks to it.
+
+use std::path::Path;
+
+use crate::config;
+use crate::status::Status;
+
+/// Prints one line saying whether tend is ready and why not; returns the exit
+/// code (0 ready, 1 not). Err when the config gives nothing to probe.
+pub fn probe(readiness: &config::Readiness) -> Result<i32, String> {
+    let (ready, line) = match (&readiness.status_file, &readiness.file) {
+        (Some(status_file), _) => from_status(status_file),
+        (None, Some(file)) => from_ready_file(file),
+        (None, None) => {
+            return Err(
+                "[readiness] sets neither `file` nor `status_file`: there is nothing to probe"
+                    .into(),
+            );
+        }
+    };
+    println!("{line}");
+    Ok(if ready { 0 } else { 1 })
+}
+
+fn from_ready_file(file: &Path) -> (bool, String) {
+    if file.exists() {
+        (true, "ready".into())
+    } else {
+        (
+            false,
+            format!("not ready: {} does not exist", file.display()),
+        )
+    }
+}
+
+fn from_status(path: &Path) -> (bool, String) {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            return (
+                false,
+                format!("not ready: cannot read {}: {e}", path.display()),
+            );
+        }
+    };
+    let status: Status = match serde_json::from_str(&text) {
+        Ok(s) => s,
+        Err(e) => {
+            return (
+                false,
+                format!(
+                    "not ready: {} is not a tend status file: {e}",
+                    path.display()
+                ),
+            );
+        }
+    };
+    if status.ready {
+        return (true, format!("ready (state {})", status.state));
+    }
+    let mut line = format!("not ready: state {}", status.state);
+    if let Some(w) = status.watches.iter().find(|w| w.result != "applied") {
+        line.push_str(&format!("; watch {:?}: {}", w.name, w.result));
+        if let Some(last) = w.check_output.lines().rev().find(|l| !l.trim().is_empty()) {
+            line.push_str(&format!(": {}", last.trim()));
+        }
+    }
+    (false, line)
+}

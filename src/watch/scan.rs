@@ -1,0 +1,565 @@
+//! One pass over what a watch covers: the content fingerprint, and the
+//! directories and names inotify must watch to see the next change.
+//!
+//! Paths are resolved one component at a time, as the kernel would, so every
+//! symlink on the way is seen: the directory that *holds* a symlink is what
+//! gets watched, never the file behind it (a watch on the file would follow
+//! the symlink into a kubelet's timestamped directory and die with it).
+//!
+//! Kubernetes volumes: a directory that holds `..data` is a kubelet volume.
+//! Its keys are the entries of `..data`, not the top-level symlinks: the
+//! kubelet creates the symlink of a key an update adds only after it renamed
+//! `..data`, and removes the symlink of a deleted key only after that. A key
+//! present in `..data` counts as present; one whose top-level symlink does not
+//! exist yet is reported as `unpublished` so the caller can wait for it before
+//! it tells the service. Names that begin with `..` are the kubelet's own and
+//! are never walked directly.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::ffi::{OsStr, OsString};
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// Symlinks followed while resolving one path before giving up (as ELOOP).
+const MAX_SYMLINKS: usize = 40;
+/// Directory depth below a watched path.
+const MAX_DEPTH: usize = 32;
+/// Regular files one watch may cover; past this the scan stops and says so.
+pub const MAX_FILES: usize = 10_000;
+
+/// A keyed SHA-256 of everything a watch covers: file names, content, and
+/// which paths are missing or unreadable. The key is random per tend process,
+/// so a fingerprint in a log or status file cannot be used to guess a secret.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Fingerprint([u8; 32]);
+
+impl Fingerprint {
+    /// The first 12 hex digits, for logs.
+    pub fn short(&self) -> String {
+        self.0[..6].iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+impl std::fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.short())
+    }
+}
+
+#[cfg(test)]
+pub fn test_fingerprint(n: u8) -> Fingerprint {
+    Fingerprint([n; 32])
+}
+
+/// The per-process key of every fingerprint.
+pub struct HashKey([u8; 32]);
+
+impl HashKey {
+    pub fn random() -> HashKey {
+        let mut key = [0u8; 32];
+        // SAFETY: getrandom writes at most key.len() bytes into key.
+        let n = unsafe { libc::getrandom(key.as_mut_ptr().cast(), key.len(), 0) };
+        if n != key.len() as isize {
+            // Without randomness fingerprints still work; they are only
+            // unkeyed. Say so rather than fail.
+            tracing::warn!(
+                "getrandom() failed ({}): fingerprints are not keyed",
+                io::Error::last_os_error()
+            );
+        }
+        HashKey(key)
+    }
+
+    #[cfg(test)]
+    pub fn fixed() -> HashKey {
+        HashKey([7; 32])
+    }
+}
+
+/// What a directory watch is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Interest {
+    /// Everything in it (a covered directory), except the kubelet's `..`
+    /// names other than `..data`.
+    All,
+    /// Only these names (the directory holds a watched path or a symlink on
+    /// the way to one).
+    Names(BTreeSet<OsString>),
+}
+
+impl Interest {
+    pub fn matches(&self, name: &OsStr) -> bool {
+        match self {
+            Interest::All => !is_kubelet_internal(name) || name == "..data",
+            Interest::Names(names) => names.contains(name),
+        }
+    }
+
+    fn merge(&mut self, other: Interest) {
+        match (&mut *self, other) {
+            (Interest::All, _) => {}
+            (_, Interest::All) => *self = Interest::All,
+            (Interest::Names(a), Interest::Names(b)) => a.extend(b),
+        }
+    }
+}
+
+/// The result of one scan.
+pub struct Scan {
+    pub fingerprint: Fingerprint,
+    /// One fingerprint per watched path, in the order of `paths`.
+    pub per_path: Vec<Fingerprint>,
+    /// Regular files whose content went into the fingerprint.
+    pub files: usize,
+    /// Watched paths that do not exist (yet).
+    pub missing: Vec<PathBuf>,
+    /// Kubelet keys present in `..data` whose top-level symlink is not there yet.
+    pub unpublished: Vec<PathBuf>,
+    /// Directories to watch, and for what.
+    pub dirs: BTreeMap<PathBuf, Interest>,
+    /// True when the watch covers more than [`MAX_FILES`] files.
+    pub truncated: bool,
+}
+
+/// Scans `paths` (absolute) and fingerprints them with `key`.
+pub fn scan(paths: &[PathBuf], key: &HashKey) -> Scan {
+    let mut s = Scanner {
+        hasher: Sha256::default(),
+        files: 0,
+        missing: Vec::new(),
+        unpublished: Vec::new(),
+        dirs: BTreeMap::new(),
+        truncated: false,
+        visited: HashSet::new(),
+        buf: vec![0; 64 * 1024],
+    };
+    let mut per_path = Vec::with_capacity(paths.len());
+    let mut all = Sha256::new();
+    all.update(key.0);
+    for path in paths {
+        s.hasher = Sha256::new();
+        s.hasher.update(key.0);
+        s.hasher.update(path.as_os_str().as_bytes());
+        s.hasher.update(b"\0");
+        if let Some(real) = s.resolve(path, true) {
+            s.cover(Path::new(""), &real, 0);
+        }
+        let fp = Fingerprint(std::mem::take(&mut s.hasher).finalize().into());
+        all.update(fp.0);
+        per_path.push(fp);
+    }
+    Scan {
+        fingerprint: Fingerprint(all.finalize().into()),
+        per_path,
+        files: s.files,
+        missing: s.missing,
+        unpublished: s.unpublished,
+        dirs: s.dirs,
+        truncated: s.truncated,
+    }
+}
+
+struct Scanner {
+    hasher: Sha256,
+    files: usize,
+    missing: Vec<PathBuf>,
+    unpublished: Vec<PathBuf>,
+    dirs: BTreeMap<PathBuf, Interest>,
+    truncated: bool,
+    /// (dev, ino) of directories already covered, against symlink loops.
+    visited: HashSet<(u64, u64)>,
+    buf: Vec<u8>,
+}
+
+impl Scanner {
+    fn watch(&mut self, dir: &Path, interest: Interest) {
+        // A kubelet snapshot directory never changes in place and is deleted
+        // on the next update: the `..data` rename in its parent says it all.
+        if dir
+            .components()
+            .any(|c| matches!(c, Component::Normal(n) if is_kubelet_internal(n)))
+        {
+            return;
+        }
+        match self.dirs.get_mut(dir) {
+            Some(existing) => existing.merge(interest),
+            None => {
+                self.dirs.insert(dir.to_path_buf(), interest);
+            }
+        }
+    }
+
+    fn watch_name(&mut self, dir: &Path, name: &OsStr) {
+        self.watch(dir, Interest::Names(BTreeSet::from([name.to_os_string()])))
+    }
+
+    /// Resolves `path` component by component to a real path, watching the
+    /// directory that holds each name on the way. None when it does not
+    /// resolve (missing, unreadable, or a symlink loop); `watched` says
+    /// whether a missing path is reported as missing.
+    fn resolve(&mut self, path: &Path, watched: bool) -> Option<PathBuf> {
+        let mut cur = PathBuf::from("/");
+        let mut queue: VecDeque<OsString> = components(path);
+        let mut hops = 0;
+        while let Some(name) = queue.pop_front() {
+            if name == ".." {
+                cur.pop();
+                continue;
+            }
+            let cand = cur.join(&name);
+            let meta = match fs::symlink_metadata(&cand) {
+                Ok(m) => m,
+                Err(e) => {
+                    self.watch_name(&cur, &name);
+                    if e.kind() == io::ErrorKind::NotFound
+                        && !is_kubelet_internal(&name)
+                        && cur.join("..data").exists()
+                        && cur.join("..data").join(&name).exists()
+                    {
+                        // A key the kubelet committed but has not linked yet.
+                        self.unpublished.push(cand);
+                        self.watch_name(&cur, OsStr::new("..data"));
+                        let mut rest = VecDeque::from([OsString::from("..data"), name]);
+                        rest.extend(queue.drain(..));
+                        queue = rest;
+                        continue;
+                    }
+                    if watched {
+                        self.missing.push(path.to_path_buf());
+                    }
+                    self.record_problem(&e);
+                    return None;
+                }
+            };
+            if meta.file_type().is_symlink() {
+                self.watch_name(&cur, &name);
+                hops += 1;
+                let target = match fs::read_link(&cand) {
+                    Ok(t) if hops <= MAX_SYMLINKS => t,
+                    Ok(_) => {
+                        self.record_problem(&io::Error::from_raw_os_error(libc::ELOOP));
+                        return None;
+                    }
+                    Err(e) => {
+                        self.record_problem(&e);
+                        return None;
+                    }
+                };
+                if target.is_absolute() {
+                    cur = PathBuf::from("/");
+                }
+                let mut rest = components(&target);
+                rest.extend(queue.drain(..));
+                queue = rest;
+                continue;
+            }
+            if queue.is_empty() {
+                // The path itself: watch its directory for it being
+                // replaced, written, or removed.
+                self.watch_name(&cur, &name);
+            }
+            cur = cand;
+        }
+        Some(cur)
+    }
+
+    /// Hashes what a resolved path covers. `rel` names it in the fingerprint.
+    fn cover(&mut self, rel: &Path, real: &Path, depth: usize) {
+        let meta = match fs::metadata(real) {
+            Ok(m) => m,
+            Err(e) => return self.record_problem(&e),
+        };
+        if meta.is_file() {
+            self.hash_file(rel, real);
+        } else if meta.is_dir() {
+            if depth > MAX_DEPTH || !self.visited.insert((meta.dev(), meta.ino())) {
+                return;
+            }
+            self.watch(real, Interest::All);
+            // In a kubelet volume the keys are what `..data` holds.
+            let listed = if real.join("..data").is_dir() {
+                self.watch_name(real, OsStr::new("..data"));
+                real.join("..data")
+            } else {
+                real.to_path_buf()
+            };
+            let mut names: Vec<OsString> = match fs::read_dir(&listed) {
+                Ok(entries) => entries.flatten().map(|e| e.file_name()).collect(),
+                Err(e) => return self.record_problem(&e),
+            };
+            names.retain(|n| !is_kubelet_internal(n));
+            names.sort();
+            for name in names {
+                if self.truncated {
+                    return;
+                }
+                let child_rel = rel.join(&name);
+                self.hasher.update(b"entry\0");
+                self.hasher.update(child_rel.as_os_str().as_bytes());
+                self.hasher.update(b"\0");
+                if let Some(child) = self.resolve(&real.join(&name), false) {
+                    self.cover(&child_rel, &child, depth + 1);
+                }
+            }
+        }
+        // Sockets, FIFOs and devices are not config: never opened (a FIFO
+        // would block), not part of the fingerprint.
+    }
+
+    fn hash_file(&mut self, rel: &Path, real: &Path) {
+        if self.files >= MAX_FILES {
+            self.truncated = true;
+            return;
+        }
+        self.files += 1;
+        self.hasher.update(b"file\0");
+        self.hasher.update(rel.as_os_str().as_bytes());
+        self.hasher.update(b"\0");
+        let mut f = match File::open(real) {
+            Ok(f) => f,
+            Err(e) => return self.record_problem(&e),
+        };
+        let mut len: u64 = 0;
+        loop {
+            match f.read(&mut self.buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    self.hasher.update(&self.buf[..n]);
+                    len += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return self.record_problem(&e),
+            }
+        }
+        self.hasher.update(len.to_le_bytes());
+    }
+
+    /// A path that cannot be read is part of what the watch sees: it changes
+    /// the fingerprint, and the check decides what it means.
+    fn record_problem(&mut self, e: &io::Error) {
+        self.hasher.update(b"error\0");
+        self.hasher
+            .update(e.raw_os_error().unwrap_or(-1).to_le_bytes());
+    }
+}
+
+fn components(path: &Path) -> VecDeque<OsString> {
+    path.components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_os_string()),
+            Component::ParentDir => Some(OsString::from("..")),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `..data`, `..data_tmp`, `..2026_11_21_10_00_00.123`: the kubelet's own.
+pub fn is_kubelet_internal(name: &OsStr) -> bool {
+    name.as_bytes().starts_with(b"..")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn fp(paths: &[PathBuf]) -> Fingerprint {
+        scan(paths, &HashKey::fixed()).fingerprint
+    }
+
+    /// The kubelet's AtomicWriter, reduced to its filesystem operations.
+    fn project(dir: &Path, files: &[(&str, &str)], version: u32) {
+        fs::create_dir_all(dir).unwrap();
+        let ts = format!("..2026_11_21_10_00_{version:02}.000");
+        let ts_path = dir.join(&ts);
+        for (key, content) in files {
+            let p = ts_path.join(key);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(p, content).unwrap();
+        }
+        let old = fs::read_link(dir.join("..data")).ok();
+        symlink(&ts, dir.join("..data_tmp")).unwrap();
+        fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+        for (key, _) in files {
+            let top = key.split('/').next().unwrap();
+            if fs::symlink_metadata(dir.join(top)).is_err() {
+                symlink(Path::new("..data").join(top), dir.join(top)).unwrap();
+            }
+        }
+        if let Some(old) = old {
+            fs::remove_dir_all(dir.join(old)).unwrap();
+        }
+    }
+
+    #[test]
+    fn the_same_bytes_give_the_same_fingerprint() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("a.conf");
+        fs::write(&f, "x=1").unwrap();
+        let before = fp(std::slice::from_ref(&f));
+        fs::write(&f, "x=1").unwrap();
+        assert_eq!(
+            fp(std::slice::from_ref(&f)),
+            before,
+            "rewriting the same bytes"
+        );
+        fs::write(&f, "x=2").unwrap();
+        assert_ne!(fp(std::slice::from_ref(&f)), before, "new content");
+    }
+
+    #[test]
+    fn a_missing_path_is_reported_and_differs_from_an_empty_file() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("later.conf");
+        let s = scan(std::slice::from_ref(&f), &HashKey::fixed());
+        assert_eq!(s.missing, vec![f.clone()]);
+        assert_eq!(
+            s.dirs[d.path()],
+            Interest::Names(BTreeSet::from(["later.conf".into()]))
+        );
+        fs::write(&f, "").unwrap();
+        assert_ne!(fp(&[f]), s.fingerprint);
+    }
+
+    #[test]
+    fn a_missing_directory_is_watched_from_its_nearest_parent() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("sub/dir/app.conf");
+        let s = scan(&[f], &HashKey::fixed());
+        assert_eq!(s.dirs.len(), 1);
+        assert_eq!(
+            s.dirs[d.path()],
+            Interest::Names(BTreeSet::from(["sub".into()]))
+        );
+    }
+
+    #[test]
+    fn directories_are_covered_recursively_with_names_in_the_fingerprint() {
+        let d = tempfile::tempdir().unwrap();
+        fs::create_dir_all(d.path().join("conf/sub")).unwrap();
+        fs::write(d.path().join("conf/a"), "1").unwrap();
+        fs::write(d.path().join("conf/sub/b"), "2").unwrap();
+        let s = scan(&[d.path().join("conf")], &HashKey::fixed());
+        assert_eq!(s.files, 2);
+        assert_eq!(s.dirs[&d.path().join("conf")], Interest::All);
+        assert_eq!(s.dirs[&d.path().join("conf/sub")], Interest::All);
+        // Renaming a file changes the fingerprint even with the same bytes.
+        fs::rename(d.path().join("conf/sub/b"), d.path().join("conf/sub/c")).unwrap();
+        assert_ne!(fp(&[d.path().join("conf")]), s.fingerprint);
+    }
+
+    #[test]
+    fn a_symlinked_file_watches_the_directories_that_hold_each_link() {
+        let d = tempfile::tempdir().unwrap();
+        fs::create_dir(d.path().join("real")).unwrap();
+        fs::write(d.path().join("real/app.conf"), "v1").unwrap();
+        symlink(d.path().join("real/app.conf"), d.path().join("app.conf")).unwrap();
+        let s = scan(&[d.path().join("app.conf")], &HashKey::fixed());
+        assert_eq!(s.files, 1);
+        assert!(s.dirs[d.path()].matches(OsStr::new("app.conf")));
+        assert!(s.dirs[&d.path().join("real")].matches(OsStr::new("app.conf")));
+    }
+
+    #[test]
+    fn a_symlink_loop_is_not_followed_forever() {
+        let d = tempfile::tempdir().unwrap();
+        symlink("b", d.path().join("a")).unwrap();
+        symlink("a", d.path().join("b")).unwrap();
+        fs::create_dir(d.path().join("dir")).unwrap();
+        symlink("..", d.path().join("dir/up")).unwrap();
+        let s = scan(
+            &[d.path().join("a"), d.path().join("dir")],
+            &HashKey::fixed(),
+        );
+        assert_eq!(s.files, 0);
+    }
+
+    #[test]
+    fn kubelet_volume_keys_come_from_data_and_internals_are_not_walked() {
+        let d = tempfile::tempdir().unwrap();
+        let vol = d.path().join("vol");
+        project(&vol, &[("app.conf", "v1"), ("other.conf", "o1")], 1);
+        let s = scan(std::slice::from_ref(&vol), &HashKey::fixed());
+        assert_eq!(s.files, 2);
+        assert!(s.unpublished.is_empty());
+        assert!(
+            s.dirs
+                .keys()
+                .all(|p| !p.to_string_lossy().contains("..2026")),
+            "{:?}",
+            s.dirs.keys()
+        );
+        assert!(s.dirs[&vol].matches(OsStr::new("..data")));
+        assert!(!s.dirs[&vol].matches(OsStr::new("..data_tmp")));
+    }
+
+    #[test]
+    fn a_watched_key_ignores_other_keys_of_the_same_volume() {
+        let d = tempfile::tempdir().unwrap();
+        let vol = d.path().join("vol");
+        project(&vol, &[("app.conf", "v1"), ("other.conf", "o1")], 1);
+        let key = vec![vol.join("app.conf")];
+        let before = scan(&key, &HashKey::fixed());
+        assert_eq!(
+            before.dirs[&vol],
+            Interest::Names(BTreeSet::from(["app.conf".into(), "..data".into()]))
+        );
+        project(&vol, &[("app.conf", "v1"), ("other.conf", "o2")], 2);
+        assert_eq!(fp(&key), before.fingerprint);
+        project(&vol, &[("app.conf", "v2"), ("other.conf", "o2")], 3);
+        assert_ne!(fp(&key), before.fingerprint);
+    }
+
+    #[test]
+    fn a_key_in_data_counts_as_present_before_its_symlink_exists() {
+        let d = tempfile::tempdir().unwrap();
+        let vol = d.path().join("vol");
+        project(&vol, &[("app.conf", "v1")], 1);
+        // The state just after the rename: ..data has extra.conf, the
+        // top-level symlink is not there yet.
+        fs::create_dir(vol.join("..2026_11_21_10_00_02.000")).unwrap();
+        fs::write(vol.join("..2026_11_21_10_00_02.000/app.conf"), "v1").unwrap();
+        fs::write(vol.join("..2026_11_21_10_00_02.000/extra.conf"), "e1").unwrap();
+        symlink("..2026_11_21_10_00_02.000", vol.join("..data_tmp")).unwrap();
+        fs::rename(vol.join("..data_tmp"), vol.join("..data")).unwrap();
+
+        let whole = scan(std::slice::from_ref(&vol), &HashKey::fixed());
+        let key = scan(&[vol.join("extra.conf")], &HashKey::fixed());
+        assert_eq!(whole.files, 2);
+        assert_eq!(whole.unpublished, vec![vol.join("extra.conf")]);
+        assert_eq!(key.files, 1);
+        assert!(key.missing.is_empty());
+        assert_eq!(key.unpublished, vec![vol.join("extra.conf")]);
+
+        // Once the kubelet links it, nothing changed.
+        symlink("..data/extra.conf", vol.join("extra.conf")).unwrap();
+        let whole_after = scan(std::slice::from_ref(&vol), &HashKey::fixed());
+        assert!(whole_after.unpublished.is_empty());
+        assert_eq!(whole_after.fingerprint, whole.fingerprint);
+        assert_eq!(fp(&[vol.join("extra.conf")]), key.fingerprint);
+    }
+
+    #[test]
+    fn fifos_are_never_opened() {
+        let d = tempfile::tempdir().unwrap();
+        nix::unistd::mkfifo(&d.path().join("pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        fs::write(d.path().join("a"), "1").unwrap();
+        let s = scan(&[d.path().to_path_buf()], &HashKey::fixed());
+        assert_eq!(s.files, 1);
+    }
+
+    #[test]
+    fn fingerprints_are_keyed() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("secret");
+        fs::write(&f, "hunter2").unwrap();
+        let a = scan(std::slice::from_ref(&f), &HashKey::fixed()).fingerprint;
+        let b = scan(&[f], &HashKey::random()).fingerprint;
+        assert_ne!(a, b);
+    }
+}
