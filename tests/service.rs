@@ -63,7 +63,8 @@ fn always_restarts_after_a_clean_exit_with_a_growing_back_off() {
     let (first, second) = (t[1] - t[0], t[2] - t[1]);
     assert!(first >= 0.9, "first back-off {first:.2}s");
     assert!(second >= 1.9, "the back-off doubles: second {second:.2}s");
-    let err = tend.stderr();
+    // The third run has exited and the 4 s back-off has begun.
+    let err = tend.wait_stderr("restarting in 4s", secs(10.0));
     assert!(
         err.contains("restarting in 1s") && err.contains("restarting in 2s"),
         "{err}"

@@ -8,6 +8,8 @@
 
 #![allow(dead_code)]
 
+pub mod kubelet;
+
 use std::fs;
 use std::io::Read as _;
 use std::os::unix::process::CommandExt;
@@ -108,6 +110,48 @@ impl Sandbox {
         })
     }
 
+    /// The [readiness] section writing into this sandbox.
+    pub fn readiness_toml(&self) -> String {
+        format!(
+            "[readiness]\nfile = {:?}\nstatus_file = {:?}\n",
+            self.path("ready").display().to_string(),
+            self.path("status.json").display().to_string()
+        )
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.path("ready").exists()
+    }
+
+    pub fn wait_ready(&self, ready: bool, timeout: Duration) {
+        let what = if ready {
+            "the ready file"
+        } else {
+            "the ready file to go"
+        };
+        wait_for(what, timeout, || (self.is_ready() == ready).then_some(()));
+    }
+
+    /// The status file, parsed.
+    pub fn status(&self) -> Option<serde_json::Value> {
+        serde_json::from_slice(&fs::read(self.path("status.json")).ok()?).ok()
+    }
+
+    /// Waits until the status file's `state` is `state`, and returns it.
+    pub fn wait_state(&self, state: &str, timeout: Duration) -> serde_json::Value {
+        wait_for(&format!("status state {state:?}"), timeout, || {
+            self.status().filter(|s| s["state"] == state)
+        })
+    }
+
+    /// The `config=` part of the service's signal lines for `sig`.
+    pub fn seen_on(&self, sig: &str) -> Vec<String> {
+        self.log(&format!("service sig {sig} "))
+            .iter()
+            .map(|l| l.split(" config=").nth(1).unwrap_or("").to_string())
+            .collect()
+    }
+
     pub fn tend(&self) -> TendBuilder<'_> {
         TendBuilder {
             sandbox: self,
@@ -116,6 +160,7 @@ impl Sandbox {
             pid1: true,
             stdin: None,
             pre_exec: None,
+            wrapper: None,
         }
     }
 }
@@ -132,6 +177,7 @@ pub struct TendBuilder<'a> {
     pid1: bool,
     stdin: Option<Stdio>,
     pre_exec: Option<Box<dyn FnMut() -> std::io::Result<()> + Send + Sync>>,
+    wrapper: Option<Vec<String>>,
 }
 
 impl TendBuilder<'_> {
@@ -166,6 +212,16 @@ impl TendBuilder<'_> {
         self
     }
 
+    /// Runs `program args...` instead, which is to run tend itself (for
+    /// set-ups such as a user namespace); tend's own arguments are ignored.
+    pub fn wrapped(mut self, program: &str, args: &[&str]) -> Self {
+        let mut argv = vec![program.to_string()];
+        argv.extend(args.iter().map(|a| a.to_string()));
+        self.wrapper = Some(argv);
+        self.pid1 = false;
+        self
+    }
+
     /// Runs in the child before exec (before unshare, which passes on what it inherited).
     pub fn pre_exec(
         mut self,
@@ -178,15 +234,21 @@ impl TendBuilder<'_> {
     pub fn start(self) -> Tend {
         let out = self.sandbox.path("tend.stdout");
         let err = self.sandbox.path("tend.stderr");
-        let mut cmd = if self.pid1 {
+        let mut cmd = if let Some(argv) = &self.wrapper {
+            let mut c = Command::new(&argv[0]);
+            c.args(&argv[1..]);
+            c
+        } else if self.pid1 {
             let mut c = Command::new("unshare");
-            c.args(["--pid", "--fork", "--mount-proc", TEND]);
+            c.args(["--pid", "--fork", "--kill-child", "--mount-proc", TEND]);
+            c.args(&self.args);
             c
         } else {
-            Command::new(TEND)
+            let mut c = Command::new(TEND);
+            c.args(&self.args);
+            c
         };
-        cmd.args(&self.args)
-            .current_dir(self.sandbox.path(""))
+        cmd.current_dir(self.sandbox.path(""))
             .env_remove("TEND_CONFIG")
             .env_remove("TEND_LOG")
             .env_remove("TEND_LOG_FORMAT")
@@ -210,6 +272,16 @@ impl TendBuilder<'_> {
             err,
             started,
         }
+    }
+
+    /// Starts tend and waits until the service has logged its start (its
+    /// signal handlers are in place) and tend is ready.
+    pub fn start_ready(self) -> Tend {
+        let sb = self.sandbox;
+        let tend = self.start();
+        sb.wait_log("service start", 1, secs(10.0));
+        sb.wait_ready(true, secs(10.0));
+        tend
     }
 
     /// Starts tend and waits for it to exit: (exit code, stdout, stderr).
@@ -317,6 +389,12 @@ impl Tend {
 
 impl Drop for Tend {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- tend's stderr ---\n{}--- end of tend's stderr ---",
+                self.stderr()
+            );
+        }
         if self.child.try_wait().ok().flatten().is_none() {
             if let Some(p) = self.host_pid {
                 let _ = nix::sys::signal::kill(

@@ -1,0 +1,511 @@
+//! The reload pipeline: checks, actions, invalid configs, coalescing, and
+//! readiness (the ready file, the status file, `tend probe`).
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use common::kubelet::project;
+use common::*;
+use nix::sys::signal::Signal;
+
+fn quiet(s: f64) {
+    std::thread::sleep(secs(s));
+}
+
+/// A check that records what it saw in `checks.log` and rejects any config
+/// containing INVALID, saying why on stderr.
+fn validator(sb: &Sandbox, file: &Path) -> String {
+    let script = format!(
+        "echo checked $(cat {f}) >> {log}; if grep -q INVALID {f}; then echo 'bad value on line 1' >&2; exit 1; fi",
+        f = file.display(),
+        log = sb.path("checks.log").display()
+    );
+    toml_list(&["sh".into(), "-c".into(), script])
+}
+
+fn checks(sb: &Sandbox) -> Vec<String> {
+    fs::read_to_string(sb.path("checks.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+/// One kubelet volume at `config/` with app.conf, watched as "app".
+fn k8s(sb: &Sandbox, initial: &str, service: &str, watch: &str) -> PathBuf {
+    let vol = sb.path("config");
+    project(&vol, &[("app.conf", initial)]);
+    sb.config(&format!(
+        "[service]\ncommand = {}\n{service}\n{}\n[[watch]]\nname = \"app\"\npaths = [{:?}]\n{watch}",
+        sb.service_toml(&["--config", &vol.join("app.conf").display().to_string()]),
+        sb.readiness_toml(),
+        vol.display().to_string(),
+    ))
+}
+
+fn update(sb: &Sandbox, content: &str) {
+    project(&sb.path("config"), &[("app.conf", content)]);
+}
+
+fn probe(cfg: &Path) -> (i32, String) {
+    let out = std::process::Command::new(TEND)
+        .args(["probe", "--config"])
+        .arg(cfg)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn an_invalid_config_leaves_the_service_alone_and_turns_readiness_off() {
+    let sb = Sandbox::new();
+    let conf = sb.path("config/app.conf");
+    let cfg = k8s(
+        &sb,
+        "v0",
+        "",
+        &format!(
+            "on_change = \"signal\"\ncheck = {}\n",
+            validator(&sb, &conf)
+        ),
+    );
+    let tend = sb.tend().config(&cfg).start_ready();
+    assert_eq!(probe(&cfg), (0, "ready (state ready)\n".into()));
+
+    update(&sb, "INVALID");
+    sb.wait_ready(false, secs(5.0));
+    let st = sb.wait_state("invalid_config", secs(5.0));
+    assert_eq!(st["ready"], false);
+    assert_eq!(st["watches"][0]["result"], "invalid");
+    assert!(
+        st["watches"][0]["check_output"]
+            .as_str()
+            .unwrap()
+            .contains("bad value on line 1")
+    );
+    assert!(
+        sb.log("service sig").is_empty(),
+        "the service is not told about an invalid config"
+    );
+    assert_eq!(sb.log("service start").len(), 1, "and keeps running");
+    let err = tend.stderr();
+    assert!(err.contains("keeps running on the last good one"), "{err}");
+    assert!(
+        err.contains("bad value on line 1"),
+        "the log carries the check's output: {err}"
+    );
+    let (code, line) = probe(&cfg);
+    assert_eq!(code, 1);
+    assert!(
+        line.contains("invalid_config") && line.contains("bad value on line 1"),
+        "{line}"
+    );
+
+    update(&sb, "v2");
+    sb.wait_log("service sig SIGHUP", 1, secs(5.0));
+    sb.wait_ready(true, secs(5.0));
+    sb.wait_state("ready", secs(5.0));
+    assert_eq!(sb.seen_on("SIGHUP"), ["v2"]);
+    assert_eq!(probe(&cfg).0, 0);
+}
+
+#[test]
+fn an_invalid_config_at_start_keeps_the_service_from_starting() {
+    let sb = Sandbox::new();
+    let conf = sb.path("config/app.conf");
+    let cfg = k8s(
+        &sb,
+        "INVALID",
+        "",
+        &format!(
+            "on_change = \"signal\"\ncheck = {}\n",
+            validator(&sb, &conf)
+        ),
+    );
+    let mut tend = sb.tend().config(&cfg).start();
+    sb.wait_state("invalid_config", secs(5.0));
+    quiet(0.5);
+    assert!(sb.log("service start").is_empty());
+    assert!(!sb.is_ready());
+    assert!(tend.is_running());
+    assert!(
+        tend.stderr()
+            .contains("not started until a valid config arrives")
+    );
+    update(&sb, "v1");
+    let starts = sb.wait_log("service start", 1, secs(5.0));
+    assert!(starts[0].ends_with("config=v1"), "{starts:?}");
+    sb.wait_ready(true, secs(5.0));
+    assert!(
+        sb.log("service sig").is_empty(),
+        "the start applied it; no signal needed"
+    );
+    // SIGTERM while waiting for a valid config: nothing to stop.
+}
+
+#[test]
+fn sigterm_while_waiting_for_a_valid_config_exits_at_once() {
+    let sb = Sandbox::new();
+    let conf = sb.path("config/app.conf");
+    let cfg = k8s(
+        &sb,
+        "INVALID",
+        "",
+        &format!(
+            "on_change = \"signal\"\ncheck = {}\n",
+            validator(&sb, &conf)
+        ),
+    );
+    let mut tend = sb.tend().config(&cfg).start();
+    sb.wait_state("invalid_config", secs(5.0));
+    tend.signal(Signal::SIGTERM);
+    assert_eq!(tend.wait(secs(5.0)), 143);
+}
+
+#[test]
+fn restart_stops_with_stop_signal_and_starts_on_the_new_config() {
+    let sb = Sandbox::new();
+    // The service ignores SIGTERM, so the restart takes stop_timeout and its
+    // states can be seen.
+    let vol = sb.path("config");
+    project(&vol, &[("app.conf", "v0")]);
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = {}\nstop_timeout = \"1s\"\n{}\n[[watch]]\npaths = [{:?}]\non_change = \"restart\"\n",
+        sb.service_toml(&["--ignore-term", "--config", &vol.join("app.conf").display().to_string()]),
+        sb.readiness_toml(),
+        vol.display().to_string()
+    ));
+    let _tend = sb.tend().config(&cfg).start_ready();
+    update(&sb, "v1");
+    let st = sb.wait_state("restarting", secs(5.0));
+    assert_eq!(st["ready"], false);
+    assert!(!sb.is_ready(), "not ready while the service restarts");
+    let starts = sb.wait_log("service start", 2, secs(5.0));
+    assert!(starts[1].ends_with("config=v1"), "{starts:?}");
+    assert_eq!(
+        sb.seen_on("SIGTERM"),
+        ["v1"],
+        "stopped with its stop_signal first"
+    );
+    sb.wait_ready(true, secs(5.0));
+    let st = sb.wait_state("ready", secs(5.0));
+    assert_eq!(st["service"]["restarts"], 1);
+}
+
+#[test]
+fn exec_runs_the_command_once_per_update_and_does_not_signal() {
+    let sb = Sandbox::new();
+    let marker = sb.path("reloads");
+    let exec = toml_list(&[
+        "sh".into(),
+        "-c".into(),
+        format!("echo ran >> {}", marker.display()),
+    ]);
+    let cfg = k8s(
+        &sb,
+        "v0",
+        "",
+        &format!("on_change = \"exec\"\nexec = {exec}\n"),
+    );
+    let _tend = sb.tend().config(&cfg).start_ready();
+    for i in 1..=3 {
+        update(&sb, &format!("v{i}"));
+        wait_for("the exec action", secs(5.0), || {
+            (fs::read_to_string(&marker)
+                .unwrap_or_default()
+                .lines()
+                .count()
+                == i)
+                .then_some(())
+        });
+    }
+    quiet(0.5);
+    assert_eq!(fs::read_to_string(&marker).unwrap().lines().count(), 3);
+    assert!(sb.log("service sig").is_empty());
+}
+
+#[test]
+fn a_failed_exec_is_reported_and_retried_until_it_succeeds() {
+    let sb = Sandbox::new();
+    let marker = sb.path("failed-once");
+    let exec = toml_list(&[
+        "sh".into(),
+        "-c".into(),
+        format!(
+            "if [ ! -e {m} ]; then touch {m}; echo 'reload refused' >&2; exit 1; fi",
+            m = marker.display()
+        ),
+    ]);
+    let cfg = k8s(
+        &sb,
+        "v0",
+        "",
+        &format!("on_change = \"exec\"\nexec = {exec}\n"),
+    );
+    let tend = sb.tend().config(&cfg).start_ready();
+    update(&sb, "v1");
+    sb.wait_ready(false, secs(5.0));
+    let st = wait_for("result action_failed", secs(5.0), || {
+        sb.status()
+            .filter(|s| s["watches"][0]["result"] == "action_failed")
+    });
+    assert_eq!(st["ready"], false);
+    let err = tend.wait_stderr("retrying in 1s", secs(5.0));
+    assert!(err.contains("reload refused"), "{err}");
+    sb.wait_ready(true, secs(5.0));
+    assert_eq!(
+        sb.wait_state("ready", secs(5.0))["watches"][0]["result"],
+        "applied"
+    );
+}
+
+fn processes_with(token: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = fs::read(entry.path().join("cmdline"))
+            && String::from_utf8_lossy(&cmd).contains(token)
+        {
+            found.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    found
+}
+
+#[test]
+fn a_check_past_its_timeout_is_killed_with_its_whole_group() {
+    let sb = Sandbox::new();
+    let token = "31.4159";
+    let check = toml_list(&[
+        "sh".into(),
+        "-c".into(),
+        format!("sleep {token} & sleep {token}; true"),
+    ]);
+    let cfg = k8s(
+        &sb,
+        "v0",
+        "",
+        &format!("on_change = \"signal\"\ncheck = {check}\ncheck_timeout = \"300ms\"\n"),
+    );
+    let _tend = sb.tend().config(&cfg).start();
+    let st = sb.wait_state("invalid_config", secs(5.0));
+    assert!(
+        st["watches"][0]["check_output"]
+            .as_str()
+            .unwrap()
+            .contains("timed out"),
+        "{st}"
+    );
+    wait_for("the check's processes to be gone", secs(3.0), || {
+        processes_with(token).is_empty().then_some(())
+    });
+    assert!(sb.log("service start").is_empty());
+}
+
+#[test]
+fn a_check_is_done_when_it_exits_even_if_a_grandchild_holds_its_output() {
+    let sb = Sandbox::new();
+    let token = "27.1828";
+    let check = toml_list(&[
+        "sh".into(),
+        "-c".into(),
+        format!("sleep {token} & echo looks fine"),
+    ]);
+    let cfg = k8s(
+        &sb,
+        "v0",
+        "",
+        &format!("on_change = \"signal\"\ncheck = {check}\n"),
+    );
+    let _tend = sb.tend().config(&cfg).start_ready();
+    update(&sb, "v1");
+    sb.wait_log("service sig SIGHUP", 1, secs(3.0));
+    wait_for("what the check left behind to be killed", secs(3.0), || {
+        processes_with(token).is_empty().then_some(())
+    });
+}
+
+#[test]
+fn check_output_is_kept_bounded_to_its_tail() {
+    let sb = Sandbox::new();
+    let check = toml_list(&[
+        "sh".into(),
+        "-c".into(),
+        "head -c 1000000 /dev/zero | tr '\\0' x; echo; echo LAST-LINE >&2; exit 1".into(),
+    ]);
+    let cfg = k8s(
+        &sb,
+        "v0",
+        "",
+        &format!("on_change = \"signal\"\ncheck = {check}\n"),
+    );
+    let _tend = sb.tend().config(&cfg).start();
+    let st = sb.wait_state("invalid_config", secs(5.0));
+    let out = st["watches"][0]["check_output"].as_str().unwrap();
+    assert!(out.len() <= 4200, "kept {} bytes", out.len());
+    assert!(
+        out.trim_end().ends_with("LAST-LINE"),
+        "{}",
+        &out[out.len().saturating_sub(80)..]
+    );
+}
+
+#[test]
+fn a_change_during_a_check_is_checked_and_applied_after_it() {
+    let sb = Sandbox::new();
+    let conf = sb.path("config/app.conf");
+    let started = sb.path("check-started");
+    let check = toml_list(&[
+        "sh".into(),
+        "-c".into(),
+        format!(
+            "echo x >> {s}; sleep 0.5; echo checked $(cat {f}) >> {log}",
+            s = started.display(),
+            f = conf.display(),
+            log = sb.path("checks.log").display()
+        ),
+    ]);
+    let cfg = k8s(
+        &sb,
+        "v0",
+        "",
+        &format!("on_change = \"signal\"\ncheck = {check}\n"),
+    );
+    let _tend = sb.tend().config(&cfg).start_ready();
+    let count = || {
+        fs::read_to_string(&started)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    update(&sb, "v1");
+    wait_for("the check of v1 to start", secs(5.0), || {
+        (count() == 2).then_some(())
+    });
+    update(&sb, "v2");
+    sb.wait_log("service sig SIGHUP", 1, secs(5.0));
+    quiet(0.8);
+    assert_eq!(
+        sb.seen_on("SIGHUP"),
+        ["v2"],
+        "v1's result was stale: only v2 is applied"
+    );
+    assert_eq!(checks(&sb), ["checked v0", "checked v2", "checked v2"]);
+}
+
+#[test]
+fn a_burst_of_updates_coalesces_and_the_last_one_wins() {
+    let sb = Sandbox::new();
+    let conf = sb.path("config/app.conf");
+    let cfg = k8s(
+        &sb,
+        "v0",
+        "",
+        &format!(
+            "on_change = \"signal\"\ncheck = {}\n",
+            validator(&sb, &conf)
+        ),
+    );
+    let _tend = sb.tend().config(&cfg).start_ready();
+    for i in 1..=30 {
+        update(&sb, &format!("v{i}"));
+    }
+    wait_for("a SIGHUP that sees v30", secs(10.0), || {
+        (sb.seen_on("SIGHUP").last().map(String::as_str) == Some("v30")).then_some(())
+    });
+    quiet(0.5);
+    let n = sb.seen_on("SIGHUP").len();
+    assert!((1..=30).contains(&n), "{n} SIGHUPs for 30 updates");
+    assert_eq!(sb.seen_on("SIGHUP").last().unwrap(), "v30");
+}
+
+/// Two volumes, two watches, each with a check that takes a moment, as when
+/// one kubelet sync updates both.
+fn two_volumes(sb: &Sandbox, action: &str) -> PathBuf {
+    project(&sb.path("a"), &[("a.conf", "a0")]);
+    project(&sb.path("b"), &[("b.conf", "b0")]);
+    let check = toml_list(&["sleep".into(), "0.2".into()]);
+    sb.config(&format!(
+        "[service]\ncommand = {}\n{}\n\
+         [[watch]]\nname = \"a\"\npaths = [{:?}]\ncheck = {check}\non_change = \"{action}\"\n\
+         [[watch]]\nname = \"b\"\npaths = [{:?}]\ncheck = {check}\non_change = \"{action}\"\n",
+        sb.service_toml(&["--config", &sb.path("b/b.conf").display().to_string()]),
+        sb.readiness_toml(),
+        sb.path("a").display().to_string(),
+        sb.path("b").display().to_string(),
+    ))
+}
+
+#[test]
+fn watches_that_change_together_signal_once() {
+    let sb = Sandbox::new();
+    let cfg = two_volumes(&sb, "signal");
+    let tend = sb.tend().config(&cfg).start_ready();
+    project(&sb.path("a"), &[("a.conf", "a1")]);
+    project(&sb.path("b"), &[("b.conf", "b1")]);
+    sb.wait_log("service sig SIGHUP", 1, secs(5.0));
+    quiet(0.8);
+    assert_eq!(sb.seen_on("SIGHUP"), ["b1"], "one SIGHUP for both");
+    assert!(
+        tend.stderr().contains("watch=\"a, b\""),
+        "{}",
+        tend.stderr()
+    );
+}
+
+#[test]
+fn watches_that_change_together_restart_once() {
+    let sb = Sandbox::new();
+    let cfg = two_volumes(&sb, "restart");
+    let _tend = sb.tend().config(&cfg).start_ready();
+    project(&sb.path("a"), &[("a.conf", "a1")]);
+    project(&sb.path("b"), &[("b.conf", "b1")]);
+    sb.wait_log("service start", 2, secs(5.0));
+    sb.wait_ready(true, secs(5.0));
+    quiet(0.8);
+    assert_eq!(sb.log("service start").len(), 2, "one restart for both");
+}
+
+#[test]
+fn the_status_file_describes_tend() {
+    let sb = Sandbox::new();
+    let cfg = k8s(
+        &sb,
+        "v0",
+        "",
+        "on_change = \"signal\"\ncheck = [\"true\"]\n",
+    );
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    let st = sb.wait_state("ready", secs(5.0));
+    assert_eq!(st["ready"], true);
+    assert!(st["service"]["pid"].as_i64().unwrap() > 0);
+    assert_eq!(st["service"]["restarts"], 0);
+    let w = &st["watches"][0];
+    assert_eq!(w["name"], "app");
+    assert_eq!(w["result"], "applied");
+    assert!(w["changed_at"].as_str().unwrap().ends_with('Z'));
+    assert!(st["updated_at"].as_str().unwrap().starts_with("20"));
+    tend.signal(Signal::SIGTERM);
+    assert_eq!(tend.wait(secs(10.0)), 0);
+    assert!(!sb.is_ready(), "the ready file is gone once tend stops");
+    assert_eq!(sb.status().unwrap()["state"], "stopping");
+}
+
+#[test]
+fn probe_needs_something_to_read() {
+    let sb = Sandbox::new();
+    let cfg = sb.config("[service]\ncommand = [\"true\"]\n");
+    let (code, _) = probe(&cfg);
+    assert_eq!(code, 2);
+    let cfg = sb.config(&format!(
+        "[readiness]\nfile = {:?}\n",
+        sb.path("ready").display().to_string()
+    ));
+    assert_eq!(probe(&cfg).0, 1);
+    fs::write(sb.path("ready"), "").unwrap();
+    assert_eq!(probe(&cfg), (0, "ready\n".into()));
+}

@@ -1,0 +1,339 @@
+//! Change detection: kubelet volumes, plain files, paths that appear later,
+//! content fingerprints, inotify limits, and an idle tend that never wakes.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+
+use common::kubelet::project;
+use common::*;
+use nix::sys::signal::Signal;
+
+/// A config whose service logs each SIGHUP with the content of `reads`, and
+/// one watch on `paths`.
+fn config(sb: &Sandbox, reads: &Path, paths: &[&Path], extra: &str) -> std::path::PathBuf {
+    let paths: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    sb.config(&format!(
+        "[service]\ncommand = {}\n\n{}\n[[watch]]\nname = \"app\"\npaths = {}\non_change = \"signal\"\n{extra}",
+        sb.service_toml(&["--config", &reads.display().to_string()]),
+        sb.readiness_toml(),
+        toml_list(&paths),
+    ))
+}
+
+fn quiet(s: f64) {
+    std::thread::sleep(secs(s));
+}
+
+#[test]
+fn each_kubelet_update_signals_once_and_the_service_sees_it() {
+    let sb = Sandbox::new();
+    let vol = sb.path("config");
+    project(&vol, &[("app.conf", "v0"), ("other.conf", "o0")]);
+    let cfg = config(&sb, &vol.join("app.conf"), &[&vol], "");
+    let tend = sb.tend().config(&cfg).start_ready();
+    for i in 1..=5 {
+        project(
+            &vol,
+            &[("app.conf", &format!("v{i}")), ("other.conf", "o0")],
+        );
+        sb.wait_log("service sig SIGHUP", i, secs(5.0));
+    }
+    // The kubelet's later steps (new key links, removing the old directory)
+    // must not cause a second reload.
+    quiet(0.5);
+    let seen = sb.seen_on("SIGHUP");
+    assert_eq!(
+        seen,
+        ["v1", "v2", "v3", "v4", "v5"],
+        "one SIGHUP per update, each seeing its update"
+    );
+    let err = tend.stderr();
+    assert!(err.contains("change detected"), "{err}");
+}
+
+#[test]
+fn a_key_added_by_an_update_is_visible_when_the_service_is_told() {
+    let sb = Sandbox::new();
+    let vol = sb.path("config");
+    project(&vol, &[("app.conf", "v0")]);
+    let cfg = config(&sb, &vol.join("extra.conf"), &[&vol], "");
+    let _tend = sb.tend().config(&cfg).start_ready();
+    for i in 1..=5 {
+        // Each update adds a new key (and drops the previous one).
+        let key = format!("extra{i}.conf");
+        project(
+            &vol,
+            &[
+                ("app.conf", "v0"),
+                (&key, &format!("e{i}")),
+                ("extra.conf", &format!("x{i}")),
+            ],
+        );
+        sb.wait_log("service sig SIGHUP", i, secs(5.0));
+    }
+    quiet(0.5);
+    assert_eq!(sb.seen_on("SIGHUP"), ["x1", "x2", "x3", "x4", "x5"]);
+}
+
+#[test]
+fn a_change_to_another_key_of_the_same_configmap_does_nothing() {
+    let sb = Sandbox::new();
+    let vol = sb.path("config");
+    project(&vol, &[("app.conf", "v0"), ("other.conf", "o0")]);
+    let cfg = config(&sb, &vol.join("app.conf"), &[&vol.join("app.conf")], "");
+    let _tend = sb.tend().config(&cfg).start_ready();
+    project(&vol, &[("app.conf", "v0"), ("other.conf", "o1")]);
+    quiet(1.0);
+    assert!(
+        sb.log("service sig").is_empty(),
+        "other.conf is not watched"
+    );
+    project(&vol, &[("app.conf", "v1"), ("other.conf", "o1")]);
+    sb.wait_log("service sig SIGHUP", 1, secs(5.0));
+    assert_eq!(sb.seen_on("SIGHUP"), ["v1"]);
+}
+
+#[test]
+fn an_in_place_write_is_one_change_settled_by_debounce() {
+    let sb = Sandbox::new();
+    let conf = sb.write("app.conf", "v0");
+    let cfg = config(&sb, &conf, &[&conf], "debounce = \"200ms\"\n");
+    let _tend = sb.tend().config(&cfg).start_ready();
+    {
+        use std::io::Write as _;
+        let mut f = fs::File::create(&conf).unwrap(); // truncates: the file is empty now
+        for part in ["a", "b", "c", "d"] {
+            f.write_all(part.as_bytes()).unwrap();
+            f.flush().unwrap();
+            quiet(0.05);
+        }
+    }
+    sb.wait_log("service sig SIGHUP", 1, secs(5.0));
+    quiet(0.6);
+    assert_eq!(
+        sb.seen_on("SIGHUP"),
+        ["abcd"],
+        "one reload, after the writer finished"
+    );
+}
+
+#[test]
+fn an_editor_save_by_rename_is_one_change_and_the_file_stays_watched() {
+    let sb = Sandbox::new();
+    let conf = sb.write("app.conf", "v0");
+    let cfg = config(&sb, &conf, &[&conf], "");
+    let _tend = sb.tend().config(&cfg).start_ready();
+    for i in 1..=3 {
+        let tmp = sb.write(&format!(".app.conf.swp{i}"), &format!("v{i}"));
+        fs::rename(tmp, &conf).unwrap();
+        sb.wait_log("service sig SIGHUP", i, secs(5.0));
+    }
+    quiet(0.4);
+    assert_eq!(sb.seen_on("SIGHUP"), ["v1", "v2", "v3"]);
+}
+
+#[test]
+fn delete_and_recreate_is_one_change() {
+    let sb = Sandbox::new();
+    let conf = sb.write("app.conf", "v0");
+    let cfg = config(&sb, &conf, &[&conf], "");
+    let _tend = sb.tend().config(&cfg).start_ready();
+    fs::remove_file(&conf).unwrap();
+    sb.write("app.conf", "v1");
+    sb.wait_log("service sig SIGHUP", 1, secs(5.0));
+    quiet(0.5);
+    assert_eq!(sb.seen_on("SIGHUP"), ["v1"]);
+}
+
+#[test]
+fn same_bytes_touch_and_chmod_do_nothing() {
+    let sb = Sandbox::new();
+    let conf = sb.write("app.conf", "v0");
+    let vol = sb.path("config");
+    project(&vol, &[("app.conf", "k0")]);
+    let cfg = config(&sb, &conf, &[&conf, &vol], "debounce = \"50ms\"\n");
+    let _tend = sb.tend().config(&cfg).start_ready();
+    fs::write(&conf, "v0").unwrap();
+    nix::sys::stat::utimensat(
+        nix::fcntl::AT_FDCWD,
+        &conf,
+        &nix::sys::time::TimeSpec::UTIME_NOW,
+        &nix::sys::time::TimeSpec::UTIME_NOW,
+        nix::sys::stat::UtimensatFlags::FollowSymlink,
+    )
+    .unwrap();
+    fs::set_permissions(&conf, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    // The kubelet's periodic sync with nothing new only re-links keys.
+    assert!(!project(&vol, &[("app.conf", "k0")]));
+    quiet(1.0);
+    assert!(sb.log("service sig").is_empty());
+}
+
+#[test]
+fn a_path_that_appears_later_is_picked_up() {
+    let sb = Sandbox::new();
+    let vol = sb.path("later/config");
+    let plain = sb.path("later-plain/app.conf");
+    let cfg = config(&sb, &vol.join("app.conf"), &[&vol, &plain], "");
+    let tend = sb.tend().config(&cfg).start();
+    sb.wait_log("service start", 1, secs(10.0));
+    assert!(
+        tend.stderr().contains("missing"),
+        "the log says what is missing"
+    );
+    project(&vol, &[("app.conf", "v1")]);
+    sb.wait_log("service sig SIGHUP", 1, secs(5.0));
+    assert_eq!(sb.seen_on("SIGHUP"), ["v1"]);
+    fs::create_dir_all(plain.parent().unwrap()).unwrap();
+    fs::write(&plain, "p1").unwrap();
+    sb.wait_log("service sig SIGHUP", 2, secs(5.0));
+}
+
+#[test]
+fn a_directory_removed_and_created_again_is_followed() {
+    let sb = Sandbox::new();
+    let conf = sb.write("etc/app/app.conf", "v0");
+    let cfg = config(&sb, &conf, &[&conf], "");
+    let _tend = sb.tend().config(&cfg).start_ready();
+    fs::remove_dir_all(sb.path("etc/app")).unwrap();
+    sb.wait_log("service sig SIGHUP", 1, secs(5.0));
+    sb.write("etc/app/app.conf", "v1");
+    sb.wait_log("service sig SIGHUP", 2, secs(5.0));
+    sb.write("etc/app/app.conf", "v2");
+    sb.wait_log("service sig SIGHUP", 3, secs(5.0));
+    assert_eq!(sb.seen_on("SIGHUP"), ["MISSING", "v1", "v2"]);
+}
+
+#[test]
+fn a_directory_is_watched_recursively() {
+    let sb = Sandbox::new();
+    let dir = sb.path("conf.d");
+    sb.write("conf.d/a.conf", "a0");
+    let deep = sb.write("conf.d/sites/deep/site.conf", "s0");
+    let cfg = config(&sb, &deep, &[&dir], "");
+    let _tend = sb.tend().config(&cfg).start_ready();
+    fs::write(&deep, "s1").unwrap();
+    sb.wait_log("service sig SIGHUP", 1, secs(5.0));
+    // A new subdirectory is covered from its creation on.
+    sb.write("conf.d/new/x.conf", "x");
+    sb.wait_log("service sig SIGHUP", 2, secs(5.0));
+    fs::write(sb.path("conf.d/new/x.conf"), "y").unwrap();
+    sb.wait_log("service sig SIGHUP", 3, secs(5.0));
+}
+
+#[test]
+fn watched_content_is_never_logged_nor_stored() {
+    let sb = Sandbox::new();
+    let vol = sb.path("secret");
+    let token = "s3cr3t-token-4242";
+    common::kubelet::project_mode(&vol, &[("tls.key", token)], 0o400);
+    let cfg = config(&sb, &sb.path("none"), &[&vol], "check = [\"true\"]\n");
+    let mut tend = sb
+        .tend()
+        .env("TEND_LOG", "trace")
+        .config(&cfg)
+        .start_ready();
+    common::kubelet::project_mode(&vol, &[("tls.key", &format!("{token}-rotated"))], 0o400);
+    sb.wait_log("service sig SIGHUP", 1, secs(5.0));
+    tend.signal(Signal::SIGTERM);
+    tend.wait(secs(10.0));
+    let err = tend.stderr();
+    assert!(err.contains("change detected"));
+    assert!(!err.contains(token), "the log holds the secret");
+    assert!(
+        !fs::read_to_string(sb.path("status.json"))
+            .unwrap()
+            .contains(token)
+    );
+}
+
+#[test]
+fn an_idle_tend_does_not_wake_up() {
+    let sb = Sandbox::new();
+    let vol = sb.path("config");
+    project(&vol, &[("app.conf", "v0")]);
+    let conf = sb.write("plain.conf", "p0");
+    let cfg = config(
+        &sb,
+        &vol.join("app.conf"),
+        &[&vol, &conf],
+        "check = [\"true\"]\n",
+    );
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    let pid = tend.pid();
+    let switches = || {
+        let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches"))
+            .map(|l| l.split_whitespace().last().unwrap().parse::<u64>().unwrap())
+            .sum::<u64>()
+    };
+    // Let the debounce of the start-up settle.
+    quiet(0.5);
+    let before = switches();
+    quiet(3.0);
+    assert_eq!(switches(), before, "tend woke up while nothing happened");
+}
+
+/// Runs tend in a new user namespace whose inotify limit `limit` is `value`,
+/// so that inotify fails for tend as it would on a crowded node.
+fn with_inotify_limit(sb: &Sandbox, limit: &str, value: u32, cfg: &Path) -> Tend {
+    let script = format!(
+        "echo {value} > /proc/sys/user/{limit} && exec {TEND} --config {}",
+        cfg.display()
+    );
+    sb.tend()
+        .wrapped(
+            "unshare",
+            &[
+                "--user",
+                "--map-root-user",
+                "--pid",
+                "--fork",
+                "--kill-child",
+                "--mount-proc",
+                "sh",
+                "-c",
+                &script,
+            ],
+        )
+        .start()
+}
+
+#[test]
+fn without_inotify_instances_watches_are_scanned_on_an_interval() {
+    let sb = Sandbox::new();
+    let conf = sb.write("app.conf", "v0");
+    let cfg = config(&sb, &conf, &[&conf], "");
+    let tend = with_inotify_limit(&sb, "max_inotify_instances", 0, &cfg);
+    sb.wait_log("service start", 1, secs(10.0));
+    sb.wait_ready(true, secs(10.0));
+    let err = tend.wait_stderr("inotify_init1() failed", secs(5.0));
+    assert!(
+        err.contains("max_user_instances"),
+        "the warning names the limit: {err}"
+    );
+    fs::write(&conf, "v1").unwrap();
+    sb.wait_log("service sig SIGHUP", 1, secs(6.0));
+    assert_eq!(sb.seen_on("SIGHUP"), ["v1"]);
+}
+
+#[test]
+fn without_inotify_watches_a_watch_is_scanned_on_an_interval() {
+    let sb = Sandbox::new();
+    let conf = sb.write("app.conf", "v0");
+    let cfg = config(&sb, &conf, &[&conf], "");
+    let tend = with_inotify_limit(&sb, "max_inotify_watches", 0, &cfg);
+    sb.wait_log("service start", 1, secs(10.0));
+    sb.wait_ready(true, secs(10.0));
+    let err = tend.wait_stderr("inotify_add_watch", secs(5.0));
+    assert!(
+        err.contains("max_user_watches"),
+        "the warning names the limit: {err}"
+    );
+    fs::write(&conf, "v1").unwrap();
+    sb.wait_log("service sig SIGHUP", 1, secs(6.0));
+}
