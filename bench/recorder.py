@@ -1,0 +1,26 @@
+#!/usr/bin/env python3
+"""A service for benchmarks: prints "<monotonic_ns> <content of FILE>" on
+stdout for every SIGHUP, as soon as it arrives (sigwaitinfo, no handler).
+
+    recorder.py FILE
+"""
+import os
+import signal
+import sys
+import time
+
+path = sys.argv[1]
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP, signal.SIGTERM})
+out = os.fdopen(1, "w", buffering=1)
+out.write(f"ready {time.monotonic_ns()}\n")
+while True:
+    info = signal.sigwaitinfo({signal.SIGHUP, signal.SIGTERM})
+    now = time.monotonic_ns()
+    if info.si_signo == signal.SIGTERM:
+        sys.exit(0)
+    try:
+        with open(path) as f:
+            content = f.read().strip()
+    except OSError:
+        content = "MISSING"
+    out.write(f"{now} {content}\n")
