@@ -359,6 +359,7 @@ impl Supervisor {
         } else if self.phase == Phase::Starting {
             tracing::warn!(
                 watch = name,
+                took = ?outcome.took,
                 "check failed ({}): the service is not started until a valid config arrives{}",
                 outcome.describe(),
                 output_for_log(&outcome.output)
@@ -366,6 +367,7 @@ impl Supervisor {
         } else {
             tracing::warn!(
                 watch = name,
+                took = ?outcome.took,
                 "check failed ({}): the new config is rejected and the service keeps running on the last good one{}",
                 outcome.describe(),
                 output_for_log(&outcome.output)

@@ -367,3 +367,80 @@ fn limit_hint(e: Errno) -> &'static str {
         _ => "",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn watcher(debounce_ms: u64, now: Instant) -> Watcher {
+        let cfg = Config::parse(&format!(
+            "[[watch]]\npaths = [\"/nonexistent\"]\non_change = \"none\"\ndebounce = \"{debounce_ms}ms\"\n"
+        ))
+        .unwrap();
+        let mut w = Watcher::new(&cfg.watches, Path::new("/"), now);
+        assert_eq!(w.take_due(now), vec![0], "every watch is scanned at start");
+        w
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn debounce_waits_for_quiet() {
+        let t0 = Instant::now();
+        let mut w = watcher(100, t0);
+        w.touch(0, Urgency::Settle, t0);
+        assert_eq!(w.deadline(), Some(t0 + ms(100)));
+        w.touch(0, Urgency::Settle, t0 + ms(60));
+        assert_eq!(
+            w.deadline(),
+            Some(t0 + ms(160)),
+            "each event restarts the quiet time"
+        );
+        assert!(w.take_due(t0 + ms(159)).is_empty());
+        assert_eq!(w.take_due(t0 + ms(160)), vec![0]);
+        assert_eq!(w.deadline(), None, "nothing is due once scanned: no timer");
+    }
+
+    #[test]
+    fn a_kubelet_commit_is_scanned_at_once_and_later_events_do_not_delay_it() {
+        let t0 = Instant::now();
+        let mut w = watcher(100, t0);
+        w.touch(0, Urgency::Settle, t0);
+        w.touch(
+            0,
+            urgency(OsStr::new("..data"), AddWatchFlags::IN_MOVED_TO),
+            t0 + ms(10),
+        );
+        assert_eq!(w.deadline(), Some(t0 + ms(10)));
+        // The kubelet links a new key right after the rename.
+        w.touch(0, Urgency::Settle, t0 + ms(10));
+        assert_eq!(w.take_due(t0 + ms(10)), vec![0]);
+    }
+
+    #[test]
+    fn only_the_rename_of_data_is_urgent() {
+        assert_eq!(
+            urgency(OsStr::new("..data"), AddWatchFlags::IN_MOVED_TO),
+            Urgency::Now
+        );
+        assert_eq!(
+            urgency(OsStr::new("..data"), AddWatchFlags::IN_CREATE),
+            Urgency::Now
+        );
+        assert_eq!(
+            urgency(OsStr::new("..data"), AddWatchFlags::IN_DELETE),
+            Urgency::Settle
+        );
+        assert_eq!(
+            urgency(OsStr::new("app.conf"), AddWatchFlags::IN_MOVED_TO),
+            Urgency::Settle
+        );
+        assert_eq!(
+            urgency(OsStr::new("app.conf"), AddWatchFlags::IN_CLOSE_WRITE),
+            Urgency::Settle
+        );
+    }
+}
