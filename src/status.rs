@@ -75,6 +75,11 @@ impl Readiness {
         r
     }
 
+    /// Whether any readiness file is written.
+    pub fn configured(&self) -> bool {
+        self.file.is_some() || self.status_file.is_some()
+    }
+
     /// Writes the files if `status` differs from what they say.
     pub fn publish(&mut self, mut status: Status) {
         if self.last.as_ref() == Some(&status) {

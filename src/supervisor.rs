@@ -678,7 +678,7 @@ impl Supervisor {
                 .collect(),
             updated_at: String::new(),
         };
-        if ready != self.ready {
+        if ready != self.ready && (self.readiness.configured() || !self.watches.is_empty()) {
             self.ready = ready;
             if ready {
                 tracing::info!("ready");

@@ -34,7 +34,7 @@ pub struct Spec<'a> {
 pub enum Output {
     /// stdin, stdout and stderr are tend's own, untouched (the service).
     Inherit,
-    /// stdin is /dev/null; stdout and stderr both go to this pipe (checks).
+    /// stdin is at end of file; stdout and stderr both go to this pipe (checks).
     Pipe(OwnedFd),
 }
 
@@ -114,11 +114,17 @@ pub fn spawn(spec: Spec<'_>) -> Result<Pid, SpawnError> {
         cmd.current_dir(dir);
     }
     if let Output::Pipe(fd) = spec.output {
-        let dup = fd.try_clone().map_err(|source| SpawnError::Other {
+        let other = |source: io::Error| SpawnError::Other {
             program: program.clone(),
             source,
-        })?;
-        cmd.stdin(Stdio::null())
+        };
+        let dup = fd.try_clone().map_err(other)?;
+        // An empty pipe rather than Stdio::null(): /dev/null may not exist
+        // in a minimal root, and failing to open it would come back as
+        // ENOENT, which reads as "command not found".
+        let (stdin, _closed_at_once) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| other(e.into()))?;
+        cmd.stdin(Stdio::from(stdin))
             .stdout(Stdio::from(fd))
             .stderr(Stdio::from(dup));
     }

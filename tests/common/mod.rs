@@ -8,6 +8,7 @@
 
 #![allow(dead_code)]
 
+pub mod http;
 pub mod kubelet;
 
 use std::fs;
@@ -212,13 +213,13 @@ impl TendBuilder<'_> {
         self
     }
 
-    /// Runs `program args...` instead, which is to run tend itself (for
-    /// set-ups such as a user namespace); tend's own arguments are ignored.
+    /// Runs `program args...` instead, which is to fork and exec tend as
+    /// its only child (unshare with a user namespace, a chroot); tend's own
+    /// arguments are ignored.
     pub fn wrapped(mut self, program: &str, args: &[&str]) -> Self {
         let mut argv = vec![program.to_string()];
         argv.extend(args.iter().map(|a| a.to_string()));
         self.wrapper = Some(argv);
-        self.pid1 = false;
         self
     }
 
@@ -302,7 +303,8 @@ pub struct Tend {
 }
 
 impl Tend {
-    /// tend's pid as this test sees it (under unshare, the child of unshare).
+    /// tend's pid as this test sees it (under unshare or a wrapper, the
+    /// child of the process the test started).
     pub fn pid(&mut self) -> i32 {
         if let Some(p) = self.host_pid {
             return p;
