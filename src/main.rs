@@ -14,9 +14,7 @@ mod watch;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::Parser;
-
-use crate::cli::{Cli, Mode};
+use crate::cli::{Cli, Mode, Parsed};
 use crate::config::{Config, ConfigError};
 
 /// Why tend stopped before or instead of running the service.
@@ -34,7 +32,17 @@ fn main() -> ExitCode {
         eprintln!("tend: cannot block signals with sigprocmask(): {e}");
         return ExitCode::from(1);
     }
-    let cli = Cli::parse();
+    let cli = match Cli::parse(std::env::args_os().skip(1)) {
+        Ok(Parsed::Run(cli)) => cli,
+        Ok(Parsed::Print(text)) => {
+            println!("{text}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("tend: {e}\n\n{}", cli::USAGE);
+            return ExitCode::from(2);
+        }
+    };
     if let Err(e) = log::init() {
         eprintln!("tend: {e}");
         return ExitCode::from(2);

@@ -139,18 +139,26 @@ pub fn write_atomically(path: &Path, data: &[u8]) -> io::Result<()> {
     result.map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
 }
 
-/// `2026-11-21T10:00:00.123Z`.
+/// `2026-11-21T10:00:00.123Z`, for the status file.
 pub fn rfc3339(t: SystemTime) -> String {
     let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
+    format!("{}.{:03}Z", rfc3339_seconds(d.as_secs()), d.subsec_millis())
+}
+
+/// `2026-11-21T10:00:00.123456Z`, for logs.
+pub fn rfc3339_micros(t: SystemTime) -> String {
+    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    format!("{}.{:06}Z", rfc3339_seconds(d.as_secs()), d.subsec_micros())
+}
+
+fn rfc3339_seconds(secs: u64) -> String {
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let (y, m, day) = civil_from_days(days as i64);
     format!(
-        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}",
         rem / 3600,
         rem % 3600 / 60,
-        rem % 60,
-        d.subsec_millis()
+        rem % 60
     )
 }
 
@@ -181,6 +189,7 @@ mod tests {
         assert_eq!(rfc3339(t), "2026-11-21T10:00:00.123Z");
         let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400);
         assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");
+        assert_eq!(rfc3339_micros(t), "2026-11-21T10:00:00.123000Z");
     }
 
     fn status(ready: bool) -> Status {
