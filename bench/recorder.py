@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """A service for benchmarks: prints "<monotonic_ns> <content of FILE>" on
-stdout for every SIGHUP, as soon as it arrives (sigwaitinfo, no handler).
+stdout for every SIGHUP, and "TERM <monotonic_ns>" for SIGTERM (then exits),
+as soon as each arrives (sigwaitinfo, no handler).
 
     recorder.py FILE
 """
@@ -17,6 +18,7 @@ while True:
     info = signal.sigwaitinfo({signal.SIGHUP, signal.SIGTERM})
     now = time.monotonic_ns()
     if info.si_signo == signal.SIGTERM:
+        out.write(f"TERM {now}\n")
         sys.exit(0)
     try:
         with open(path) as f:
