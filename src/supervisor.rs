@@ -246,6 +246,7 @@ impl Supervisor {
                     self.phase = Phase::Stopping;
                 } else {
                     // No service process (not started, or backing off).
+                    self.service.cancel_restart();
                     self.begin_drain(ExitStatus::Signal(Signal::SIGTERM as i32), now);
                 }
             }

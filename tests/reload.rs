@@ -509,3 +509,24 @@ fn probe_needs_something_to_read() {
     fs::write(sb.path("ready"), "").unwrap();
     assert_eq!(probe(&cfg), (0, "ready\n".into()));
 }
+
+#[test]
+fn a_restart_during_the_restart_back_off_still_starts_the_service_on_the_new_config() {
+    let sb = Sandbox::new();
+    let vol = sb.path("config");
+    project(&vol, &[("app.conf", "v0")]);
+    let marker = sb.path("failed-once").display().to_string();
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = {}\nrestart = \"on-failure\"\n{}\n[[watch]]\npaths = [{:?}]\non_change = \"restart\"\n",
+        sb.service_toml(&["--fail-first", &marker, "--config", &vol.join("app.conf").display().to_string()]),
+        sb.readiness_toml(),
+        vol.display().to_string()
+    ));
+    let tend = sb.tend().config(&cfg).start();
+    // The first run fails at once; tend waits 1 s before starting it again.
+    tend.wait_stderr("restarting in 1s", secs(10.0));
+    update(&sb, "v1");
+    let starts = sb.wait_log("service start", 2, secs(5.0));
+    assert!(starts[1].ends_with("config=v1"), "{starts:?}");
+    sb.wait_ready(true, secs(5.0));
+}

@@ -170,11 +170,16 @@ impl Service {
                 true
             }
             State::Stopping { .. } => true,
-            State::BackingOff { .. } | State::NotStarted => {
-                self.state = State::NotStarted;
-                false
-            }
-            State::Exited(_) => false,
+            // Nothing runs; a pending restart stays pending (a restart action
+            // during a back-off is served by the start that ends it).
+            State::BackingOff { .. } | State::NotStarted | State::Exited(_) => false,
+        }
+    }
+
+    /// tend is stopping: a restart the back-off was waiting for will not happen.
+    pub fn cancel_restart(&mut self) {
+        if let State::BackingOff { .. } = self.state {
+            self.state = State::NotStarted;
         }
     }
 
