@@ -144,16 +144,15 @@ impl Supervisor {
             }
             let woke = self.wait(self.deadline())?;
             now = Instant::now();
+            // Output first: handling signals may reap a job and move the others.
+            for i in woke.jobs {
+                self.jobs[i].job.read_output();
+            }
             if woke.signals {
                 self.on_signals(now);
             }
             if woke.inotify {
                 self.watcher.read_events(now);
-            }
-            for i in woke.jobs {
-                if let Some(j) = self.jobs.get_mut(i) {
-                    j.job.read_output();
-                }
             }
             self.on_deadlines(now);
         }
@@ -161,16 +160,22 @@ impl Supervisor {
 
     // ------------------------------------------------------------ waiting
 
+    /// The next deadline that something will act on. Watches are scanned
+    /// only while tend starts or runs, and actions retried only while it
+    /// runs: their deadlines outside those phases would wake the loop for
+    /// nothing, and once past, make it spin.
     fn deadline(&self) -> Option<Instant> {
-        let phase = match self.phase {
-            Phase::Draining { deadline, .. } => Some(deadline),
-            _ => None,
+        let (drain, watching, acting) = match self.phase {
+            Phase::Draining { deadline, .. } => (Some(deadline), false, false),
+            Phase::Starting | Phase::Restarting { .. } => (None, true, false),
+            Phase::Running => (None, true, true),
+            Phase::Stopping | Phase::Exited(_) => (None, false, false),
         };
         [
-            phase,
+            drain,
             self.service.deadline(),
-            self.watcher.deadline(),
-            self.pipeline.deadline(),
+            self.watcher.deadline().filter(|_| watching),
+            self.pipeline.deadline().filter(|_| acting),
             self.jobs.iter().filter_map(|j| j.job.deadline()).min(),
         ]
         .into_iter()

@@ -337,3 +337,40 @@ fn without_inotify_watches_a_watch_is_scanned_on_an_interval() {
     fs::write(&conf, "v1").unwrap();
     sb.wait_log("service sig SIGHUP", 1, secs(6.0));
 }
+
+#[test]
+fn a_change_while_stopping_does_not_make_tend_spin() {
+    let sb = Sandbox::new();
+    let conf = sb.write("app.conf", "v0");
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = {}\nstop_timeout = \"3s\"\n\n[[watch]]\npaths = [{:?}]\non_change = \"signal\"\n",
+        sb.service_toml(&["--ignore-term"]),
+        conf.display().to_string()
+    ));
+    let mut tend = sb.tend().config(&cfg).start();
+    sb.wait_log("service start", 1, secs(10.0));
+    let pid = tend.pid();
+    tend.signal(Signal::SIGTERM);
+    sb.wait_log("service sig SIGTERM", 1, secs(5.0));
+    // A change arrives while tend waits for the service to stop.
+    fs::write(&conf, "v1").unwrap();
+    let cpu = || {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let f: Vec<u64> = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        f[10] + f[11] // utime + stime, in clock ticks
+    };
+    let before = cpu();
+    quiet(1.0);
+    let used = cpu() - before;
+    assert!(
+        used < 10,
+        "tend used {used} ticks of CPU in 1 s while stopping"
+    );
+    assert_eq!(tend.wait(secs(10.0)), 137);
+}
