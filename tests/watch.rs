@@ -374,3 +374,34 @@ fn a_change_while_stopping_does_not_make_tend_spin() {
     );
     assert_eq!(tend.wait(secs(10.0)), 137);
 }
+
+/// Starts tend with `limit` at 0, raises it as an operator would (in tend's
+/// user namespace), and checks that the watch is served by inotify again.
+fn returns_to_inotify(limit: &str, warning: &str) {
+    let sb = Sandbox::new();
+    let conf = sb.write("app.conf", "v0");
+    let cfg = config(&sb, &conf, &[&conf], "");
+    let mut tend = with_inotify_limit(&sb, limit, 0, &cfg);
+    sb.wait_log("service start", 1, secs(10.0));
+    tend.wait_stderr(warning, secs(5.0));
+    let raised = std::process::Command::new("nsenter")
+        .args(["--user", "--target", &tend.pid().to_string(), "sh", "-c"])
+        .arg(format!("echo 1000 > /proc/sys/user/{limit}"))
+        .status()
+        .unwrap();
+    assert!(raised.success());
+    tend.wait_stderr("inotify covers this watch again", secs(5.0));
+    fs::write(&conf, "v1").unwrap();
+    sb.wait_log("service sig SIGHUP", 1, secs(5.0));
+    assert_eq!(sb.seen_on("SIGHUP"), ["v1"]);
+}
+
+#[test]
+fn a_polling_watch_returns_to_inotify_once_the_watch_limit_is_raised() {
+    returns_to_inotify("max_inotify_watches", "max_user_watches");
+}
+
+#[test]
+fn polling_watches_return_to_inotify_once_the_instance_limit_is_raised() {
+    returns_to_inotify("max_inotify_instances", "max_user_instances");
+}

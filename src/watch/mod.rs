@@ -224,8 +224,22 @@ impl Watcher {
     /// only once the service can see them.
     pub fn scan(&mut self, i: usize, now: Instant) -> Option<Scan> {
         let scan = scan::scan(&self.watches[i].paths, &self.key);
-        self.register(i, &scan.dirs, now);
+        if self.watches[i].polling && self.inotify.is_none() {
+            // The instance limit may have been raised since.
+            if let Ok(inotify) = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC) {
+                tracing::info!("inotify_init1() works again");
+                self.inotify = Some(inotify);
+            }
+        }
+        let registered = self.register(i, &scan.dirs, now);
         let w = &mut self.watches[i];
+        if registered && w.polling {
+            tracing::info!(
+                watch = w.name,
+                "inotify covers this watch again: it is no longer scanned on an interval"
+            );
+            w.polling = false;
+        }
         if scan.truncated && !w.warned_truncated {
             w.warned_truncated = true;
             tracing::warn!(
@@ -258,12 +272,14 @@ impl Watcher {
     }
 
     /// Makes inotify watch what `dirs` asks for on behalf of watch `i`.
-    fn register(&mut self, i: usize, dirs: &BTreeMap<PathBuf, Interest>, now: Instant) {
+    /// Returns false when inotify cannot (no instance, or a limit).
+    fn register(&mut self, i: usize, dirs: &BTreeMap<PathBuf, Interest>, now: Instant) -> bool {
         let Some(inotify) = self.inotify.take() else {
-            return;
+            return false;
         };
-        self.register_with(&inotify, i, dirs, now);
+        let ok = self.register_with(&inotify, i, dirs, now);
         self.inotify = Some(inotify);
+        ok
     }
 
     fn register_with(
@@ -272,7 +288,8 @@ impl Watcher {
         i: usize,
         dirs: &BTreeMap<PathBuf, Interest>,
         now: Instant,
-    ) {
+    ) -> bool {
+        let mut ok = true;
         let old = std::mem::take(&mut self.watches[i].dirs);
         for dir in old.keys().filter(|d| !dirs.contains_key(*d)) {
             if let Some(wd) = self.by_dir.get(dir).copied() {
@@ -310,6 +327,7 @@ impl Watcher {
                         continue;
                     }
                     Err(e) => {
+                        ok = false;
                         let w = &mut self.watches[i];
                         if !w.polling {
                             tracing::warn!(
@@ -333,6 +351,7 @@ impl Watcher {
             kept.insert(dir.clone(), interest.clone());
         }
         self.watches[i].dirs = kept;
+        ok
     }
 
     /// Per-path fingerprints of what watch `i` last saw (see [`Watcher::remember`]).
