@@ -362,19 +362,16 @@ impl Supervisor {
             );
         } else if passed {
             tracing::info!(watch = name, took = ?outcome.took, "check passed");
-        } else if self.phase == Phase::Starting {
-            tracing::warn!(
-                watch = name,
-                took = ?outcome.took,
-                "check failed ({}): the service is not started until a valid config arrives{}",
-                outcome.describe(),
-                output_for_log(&outcome.output)
-            );
         } else {
+            let consequence = if self.phase == Phase::Starting {
+                "the service is not started until a valid config arrives"
+            } else {
+                "the new config is rejected and the service keeps running on the last good one"
+            };
             tracing::warn!(
                 watch = name,
                 took = ?outcome.took,
-                "check failed ({}): the new config is rejected and the service keeps running on the last good one{}",
+                "check failed ({}): {consequence}{}",
                 outcome.describe(),
                 output_for_log(&outcome.output)
             );
