@@ -232,6 +232,10 @@ impl Supervisor {
             match Signal::try_from(signo) {
                 Ok(Signal::SIGCHLD) => child_exited = true,
                 Ok(Signal::SIGTERM) => self.on_sigterm(info.ssi_pid, now),
+                // Nothing to interrupt: Ctrl-C (docker run -it) stops tend.
+                Ok(Signal::SIGINT) if self.service.pid().is_none() => {
+                    self.on_interrupt(info.ssi_pid, now)
+                }
                 _ => self.forward(signo, info.ssi_pid),
             }
         }
@@ -258,6 +262,14 @@ impl Supervisor {
             Phase::Stopping | Phase::Draining { .. } | Phase::Exited(_) => {
                 tracing::info!(from, "SIGTERM received again: already stopping");
             }
+        }
+    }
+
+    fn on_interrupt(&mut self, from: u32, now: Instant) {
+        if matches!(self.phase, Phase::Starting | Phase::Running) {
+            tracing::info!(from, "SIGINT received while no service runs: stopping");
+            self.service.cancel_restart();
+            self.begin_drain(ExitStatus::Signal(Signal::SIGINT as i32), now);
         }
     }
 

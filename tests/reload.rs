@@ -530,3 +530,26 @@ fn a_restart_during_the_restart_back_off_still_starts_the_service_on_the_new_con
     assert!(starts[1].ends_with("config=v1"), "{starts:?}");
     sb.wait_ready(true, secs(5.0));
 }
+
+#[test]
+fn ctrl_c_while_waiting_for_a_valid_config_stops_tend() {
+    let sb = Sandbox::new();
+    let conf = sb.path("config/app.conf");
+    let cfg = k8s(
+        &sb,
+        "INVALID",
+        "",
+        &format!(
+            "on_change = \"signal\"\ncheck = {}\n",
+            validator(&sb, &conf)
+        ),
+    );
+    let mut tend = sb.tend().config(&cfg).start();
+    sb.wait_state("invalid_config", secs(5.0));
+    tend.signal(Signal::SIGINT);
+    assert_eq!(tend.wait(secs(5.0)), 130);
+    assert!(
+        tend.stderr()
+            .contains("SIGINT received while no service runs: stopping")
+    );
+}
