@@ -291,20 +291,26 @@ impl Supervisor {
     fn on_child_exits(&mut self, now: Instant) {
         let reaped = reaper::reap();
         for (pid, status) in reaped.exits {
-            if let Some(after) = self.service.on_exit(pid, status, now) {
-                self.on_service_exit(after, now);
-            } else if let Some(at) = self.jobs.iter().position(|j| j.job.pid() == pid) {
-                let RunningJob { job, kind } = self.jobs.swap_remove(at);
-                let outcome = job.finish(status, now);
-                self.on_job_exit(kind, outcome, now);
-            } else {
-                tracing::debug!(pid = pid.as_raw(), "reaped an orphan: {status}");
-            }
+            self.route_exit(pid, status, now);
         }
         if reaped.no_children
             && let Phase::Draining { status, .. } = self.phase
         {
             self.phase = Phase::Exited(status.code());
+        }
+    }
+
+    /// Hands an exit status to whoever started that pid: the service, a
+    /// check or exec job, or nobody (an orphan, just reaped).
+    fn route_exit(&mut self, pid: Pid, status: ExitStatus, now: Instant) {
+        if let Some(after) = self.service.on_exit(pid, status, now) {
+            self.on_service_exit(after, now);
+        } else if let Some(at) = self.jobs.iter().position(|j| j.job.pid() == pid) {
+            let RunningJob { job, kind } = self.jobs.swap_remove(at);
+            let outcome = job.finish(status, now);
+            self.on_job_exit(kind, outcome, now);
+        } else {
+            tracing::debug!(pid = pid.as_raw(), "reaped an orphan: {status}");
         }
     }
 
@@ -404,7 +410,7 @@ impl Supervisor {
         }
         let reaped = reaper::reap();
         for (pid, st) in reaped.exits {
-            tracing::debug!(pid = pid.as_raw(), "reaped an orphan: {st}");
+            self.route_exit(pid, st, now);
         }
         if reaped.no_children {
             self.phase = Phase::Exited(code);
