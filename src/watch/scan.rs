@@ -146,7 +146,7 @@ pub fn scan(paths: &[PathBuf], key: &HashKey) -> Scan {
         s.hasher.update(key.0);
         s.hasher.update(path.as_os_str().as_bytes());
         s.hasher.update(b"\0");
-        if let Some(real) = s.resolve(path, true) {
+        if let Some(real) = s.resolve_watched(path) {
             s.cover(Path::new(""), &real, 0);
         }
         let fp = Fingerprint(std::mem::take(&mut s.hasher).finalize().into());
@@ -176,6 +176,15 @@ struct Scanner {
     buf: Vec<u8>,
 }
 
+/// Why a path did not resolve.
+#[derive(PartialEq, Eq)]
+enum Unresolved {
+    /// A name on the way does not exist (or cannot be looked up).
+    Missing,
+    /// A symlink could not be read, or they loop.
+    Broken,
+}
+
 impl Scanner {
     fn watch(&mut self, dir: &Path, interest: Interest) {
         // A kubelet snapshot directory never changes in place and is deleted
@@ -198,13 +207,24 @@ impl Scanner {
         self.watch(dir, Interest::Names(BTreeSet::from([name.to_os_string()])))
     }
 
-    /// Resolves `path` component by component to a real path, watching the
-    /// directory that holds each name on the way. None when it does not
-    /// resolve (missing, unreadable, or a symlink loop); `watched` says
-    /// whether a missing path is reported as missing.
-    fn resolve(&mut self, path: &Path, watched: bool) -> Option<PathBuf> {
-        let mut cur = PathBuf::from("/");
-        let mut queue: VecDeque<OsString> = components(path);
+    /// Resolves a watched `path` (absolute) to a real path; a missing one is
+    /// reported as missing.
+    fn resolve_watched(&mut self, path: &Path) -> Option<PathBuf> {
+        let found = self.resolve(PathBuf::from("/"), components(path));
+        if found == Err(Unresolved::Missing) {
+            self.missing.push(path.to_path_buf());
+        }
+        found.ok()
+    }
+
+    /// Resolves `names` below the real directory `cur` component by
+    /// component to a real path, watching the directory that holds each name
+    /// on the way.
+    fn resolve(
+        &mut self,
+        mut cur: PathBuf,
+        mut queue: VecDeque<OsString>,
+    ) -> Result<PathBuf, Unresolved> {
         let mut hops = 0;
         while let Some(name) = queue.pop_front() {
             if name == ".." {
@@ -229,11 +249,8 @@ impl Scanner {
                         queue = rest;
                         continue;
                     }
-                    if watched {
-                        self.missing.push(path.to_path_buf());
-                    }
                     self.record_problem(&e);
-                    return None;
+                    return Err(Unresolved::Missing);
                 }
             };
             if meta.file_type().is_symlink() {
@@ -243,11 +260,11 @@ impl Scanner {
                     Ok(t) if hops <= MAX_SYMLINKS => t,
                     Ok(_) => {
                         self.record_problem(&io::Error::from_raw_os_error(libc::ELOOP));
-                        return None;
+                        return Err(Unresolved::Broken);
                     }
                     Err(e) => {
                         self.record_problem(&e);
-                        return None;
+                        return Err(Unresolved::Broken);
                     }
                 };
                 if target.is_absolute() {
@@ -265,7 +282,7 @@ impl Scanner {
             }
             cur = cand;
         }
-        Some(cur)
+        Ok(cur)
     }
 
     /// Hashes what a resolved path covers. `rel` names it in the fingerprint.
@@ -302,7 +319,9 @@ impl Scanner {
                 self.hasher.update(b"entry\0");
                 self.hasher.update(child_rel.as_os_str().as_bytes());
                 self.hasher.update(b"\0");
-                if let Some(child) = self.resolve(&real.join(&name), false) {
+                // From the real directory, not from `/` again: its ancestors
+                // were resolved already.
+                if let Ok(child) = self.resolve(real.to_path_buf(), VecDeque::from([name])) {
                     self.cover(&child_rel, &child, depth + 1);
                 }
             }
