@@ -666,10 +666,7 @@ impl Supervisor {
     // ------------------------------------------------------------ readiness
 
     fn publish(&mut self) {
-        let service_up = matches!(
-            self.service.state(),
-            crate::process::service::State::Running { .. }
-        );
+        let service_up = self.service.is_running();
         let ready = self.phase == Phase::Running && service_up && self.pipeline.all_good();
         let state = match self.phase {
             Phase::Stopping | Phase::Draining { .. } | Phase::Exited(_) => "stopping",

@@ -90,8 +90,9 @@ impl Service {
         }
     }
 
-    pub fn state(&self) -> State {
-        self.state
+    /// Running, and not being stopped.
+    pub fn is_running(&self) -> bool {
+        matches!(self.state, State::Running { .. })
     }
 
     /// How many times the service was started again, for any reason.
