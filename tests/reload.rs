@@ -114,21 +114,20 @@ fn an_invalid_config_leaves_the_service_alone_and_turns_readiness_off() {
     assert_eq!(probe(&cfg).0, 0);
 }
 
+/// tend started on an invalid config, waiting (not ready) for a valid one.
+fn waiting_for_a_valid_config(sb: &Sandbox) -> Tend {
+    let conf = sb.path("config/app.conf");
+    let watch = format!("on_change = \"signal\"\ncheck = {}\n", validator(sb, &conf));
+    let cfg = k8s(sb, "INVALID", "", &watch);
+    let tend = sb.tend().config(&cfg).start();
+    sb.wait_state("invalid_config", secs(5.0));
+    tend
+}
+
 #[test]
 fn an_invalid_config_at_start_keeps_the_service_from_starting() {
     let sb = Sandbox::new();
-    let conf = sb.path("config/app.conf");
-    let cfg = k8s(
-        &sb,
-        "INVALID",
-        "",
-        &format!(
-            "on_change = \"signal\"\ncheck = {}\n",
-            validator(&sb, &conf)
-        ),
-    );
-    let mut tend = sb.tend().config(&cfg).start();
-    sb.wait_state("invalid_config", secs(5.0));
+    let mut tend = waiting_for_a_valid_config(&sb);
     quiet(0.5);
     assert!(sb.log("service start").is_empty());
     assert!(!sb.is_ready());
@@ -145,24 +144,12 @@ fn an_invalid_config_at_start_keeps_the_service_from_starting() {
         sb.log("service sig").is_empty(),
         "the start applied it; no signal needed"
     );
-    // SIGTERM while waiting for a valid config: nothing to stop.
 }
 
 #[test]
 fn sigterm_while_waiting_for_a_valid_config_exits_at_once() {
     let sb = Sandbox::new();
-    let conf = sb.path("config/app.conf");
-    let cfg = k8s(
-        &sb,
-        "INVALID",
-        "",
-        &format!(
-            "on_change = \"signal\"\ncheck = {}\n",
-            validator(&sb, &conf)
-        ),
-    );
-    let mut tend = sb.tend().config(&cfg).start();
-    sb.wait_state("invalid_config", secs(5.0));
+    let mut tend = waiting_for_a_valid_config(&sb);
     tend.signal(Signal::SIGTERM);
     assert_eq!(tend.wait(secs(5.0)), 143);
 }
@@ -534,18 +521,7 @@ fn a_restart_during_the_restart_back_off_still_starts_the_service_on_the_new_con
 #[test]
 fn ctrl_c_while_waiting_for_a_valid_config_stops_tend() {
     let sb = Sandbox::new();
-    let conf = sb.path("config/app.conf");
-    let cfg = k8s(
-        &sb,
-        "INVALID",
-        "",
-        &format!(
-            "on_change = \"signal\"\ncheck = {}\n",
-            validator(&sb, &conf)
-        ),
-    );
-    let mut tend = sb.tend().config(&cfg).start();
-    sb.wait_state("invalid_config", secs(5.0));
+    let mut tend = waiting_for_a_valid_config(&sb);
     tend.signal(Signal::SIGINT);
     assert_eq!(tend.wait(secs(5.0)), 130);
     assert!(
