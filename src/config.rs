@@ -89,6 +89,7 @@ pub struct Watch {
     pub check_timeout: Duration,
     pub action: Action,
     pub debounce: Duration,
+    pub recheck: Duration,
 }
 
 /// What a watch does once a changed config passed its check.
@@ -365,6 +366,7 @@ impl RawWatch {
             check_timeout: self.check_timeout.map_or(Duration::from_secs(10), |d| d.0),
             action,
             debounce: self.debounce.map_or(Duration::from_millis(100), |d| d.0),
+            recheck: Duration::from_secs(1),
         })
     }
 }

@@ -1,21 +1,11 @@
 //! tend: PID 1 for application containers. See README.md for the contract.
 
-mod cli;
-mod config;
-mod log;
-mod probe;
-mod process;
-mod reload;
-mod signals;
-mod status;
-mod supervisor;
-mod watch;
-
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::cli::{Cli, Mode, Parsed};
-use crate::config::{Config, ConfigError};
+use tend::cli::{self, Cli, Mode, Parsed};
+use tend::config::{self, Config, ConfigError};
+use tend::{log, probe, signals, supervisor};
 
 /// Why tend stopped before or instead of running the service.
 enum Failure {

@@ -57,11 +57,15 @@ fn from_status(path: &Path) -> (bool, String) {
         }
     };
     if status.ready {
-        return (true, format!("ready (state {})", status.state));
+        return (true, format!("ready (state {})", status.state.as_str()));
     }
-    let mut line = format!("not ready: state {}", status.state);
-    if let Some(w) = status.watches.iter().find(|w| w.result != "applied") {
-        line.push_str(&format!("; watch {:?}: {}", w.name, w.result));
+    let mut line = format!("not ready: state {}", status.state.as_str());
+    if let Some(w) = status
+        .watches
+        .iter()
+        .find(|w| w.result != crate::status::WatchResult::Applied)
+    {
+        line.push_str(&format!("; watch {:?}: {}", w.name, w.result.as_str()));
         if let Some(last) = w.check_output.lines().rev().find(|l| !l.trim().is_empty()) {
             line.push_str(&format!(": {}", last.trim()));
         }

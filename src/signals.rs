@@ -90,6 +90,32 @@ pub fn take_over() -> nix::Result<()> {
     Ok(())
 }
 
+/// What a signal that reaches tend means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// SIGTERM: stop the service, then exit.
+    Stop,
+    /// SIGINT: forwarded, or stops tend while no service process exists.
+    Interrupt,
+    /// SIGCHLD: reap.
+    Child,
+    Forward,
+    /// Not for the service (a fault the kernel raised for someone else).
+    Ignore,
+}
+
+/// The role of signal `signo`; `code` is the signalfd record's `ssi_code`.
+pub fn role(signo: i32, code: i32) -> Role {
+    let _ = code;
+    match Signal::try_from(signo) {
+        Ok(Signal::SIGTERM) => Role::Stop,
+        Ok(Signal::SIGINT) => Role::Interrupt,
+        Ok(Signal::SIGCHLD) => Role::Child,
+        Ok(sig) if !is_forwarded(sig) => Role::Ignore,
+        _ => Role::Forward,
+    }
+}
+
 /// A signal number as a name for logs: `SIGHUP`, or `signal 40` for the
 /// realtime ones.
 pub fn describe(signo: i32) -> String {

@@ -18,12 +18,59 @@ use crate::config;
 /// that decides whether anything changed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Status {
-    pub state: String,
+    pub state: State,
     pub ready: bool,
     pub service: ServiceStatus,
     pub watches: Vec<WatchStatus>,
     #[serde(default)]
     pub updated_at: String,
+}
+
+/// tend as a whole, as the status file's `state` says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    Starting,
+    Ready,
+    Reloading,
+    InvalidConfig,
+    Restarting,
+    Stopping,
+}
+
+impl State {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Starting => "starting",
+            State::Ready => "ready",
+            State::Reloading => "reloading",
+            State::InvalidConfig => "invalid_config",
+            State::Restarting => "restarting",
+            State::Stopping => "stopping",
+        }
+    }
+}
+
+/// A watch's `result` in the status file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WatchResult {
+    /// A change is on its way through the pipeline.
+    Pending,
+    Applied,
+    Invalid,
+    ActionFailed,
+}
+
+impl WatchResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WatchResult::Pending => "pending",
+            WatchResult::Applied => "applied",
+            WatchResult::Invalid => "invalid",
+            WatchResult::ActionFailed => "action_failed",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -35,7 +82,7 @@ pub struct ServiceStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WatchStatus {
     pub name: String,
-    pub result: String,
+    pub result: WatchResult,
     pub check_output: String,
     pub changed_at: Option<String>,
 }
@@ -111,6 +158,14 @@ impl Readiness {
         }
         self.last = Some(status);
     }
+
+    /// When a failed write is retried (none while writes succeed).
+    pub fn deadline(&self) -> Option<std::time::Instant> {
+        None
+    }
+
+    /// Retries a failed write whose time has come.
+    pub fn on_deadline(&mut self, _now: std::time::Instant) {}
 
     /// Removes the ready file (tend is exiting).
     pub fn withdraw(&mut self) {
@@ -194,7 +249,7 @@ mod tests {
 
     fn status(ready: bool) -> Status {
         Status {
-            state: if ready { "ready" } else { "starting" }.into(),
+            state: if ready { State::Ready } else { State::Starting },
             ready,
             service: ServiceStatus {
                 pid: Some(42),
@@ -226,7 +281,7 @@ mod tests {
         let written: Status =
             serde_json::from_slice(&fs::read(d.path().join("run/status.json")).unwrap()).unwrap();
         assert!(written.ready);
-        assert_eq!(written.state, "ready");
+        assert_eq!(written.state, State::Ready);
         assert!(written.updated_at.ends_with('Z'));
         r.publish(status(false));
         assert!(!d.path().join("run/ready").exists());

@@ -1,23 +1,20 @@
-//! A short-lived command tend runs for a watch: a `check`, or an `exec`
-//! action. It runs in its own process group with stdout and stderr on one
-//! pipe, of which tend keeps only the last [`OUTPUT_TAIL`] bytes.
+//! A short-lived command tend runs for a watch (a `check`, or an `exec`
+//! action) and the output it writes: stdout and stderr on one pipe, of which
+//! tend keeps only the last [`OUTPUT_TAIL`] bytes.
 //!
-//! A job is done when its process exits, not when its pipe reaches EOF: a
-//! background grandchild may hold the pipe open forever. What is left of the
-//! job's process group then is killed, and so is the whole group when the job
-//! runs past its timeout.
+//! This is the shell's half of a job: the pipe and its tail. When the job is
+//! done, and what happens to its process group, is the core's decision: a
+//! job is done when its process exits, not when its pipe reaches EOF (a
+//! background grandchild may hold the pipe open forever).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
-use nix::sys::signal::{Signal, kill};
 use nix::unistd::{Pid, pipe2};
 
-use super::ExitStatus;
 use super::spawn::{self, Output, SpawnError, Spec};
 
 /// How much of a job's output is kept: the end, where errors usually are.
@@ -28,35 +25,6 @@ pub struct Job {
     pipe: Option<OwnedFd>,
     tail: VecDeque<u8>,
     dropped: bool,
-    started: Instant,
-    deadline: Instant,
-    timeout: Duration,
-    timed_out: bool,
-}
-
-/// How a job ended.
-#[derive(Debug, Clone)]
-pub struct Outcome {
-    pub status: ExitStatus,
-    pub timed_out: bool,
-    pub took: Duration,
-    /// The last [`OUTPUT_TAIL`] bytes of stdout and stderr, as text.
-    pub output: String,
-}
-
-impl Outcome {
-    pub fn success(&self) -> bool {
-        !self.timed_out && self.status.success()
-    }
-
-    /// "exit code 1", "timed out after 500ms".
-    pub fn describe(&self) -> String {
-        if self.timed_out {
-            format!("timed out after {:?} and was killed", self.took)
-        } else {
-            self.status.to_string()
-        }
-    }
 }
 
 impl Job {
@@ -64,8 +32,6 @@ impl Job {
         argv: &[String],
         env: &BTreeMap<String, String>,
         working_dir: Option<&Path>,
-        timeout: Duration,
-        now: Instant,
     ) -> Result<Job, SpawnError> {
         let other = |e: Errno| SpawnError::Other {
             program: argv[0].clone(),
@@ -85,10 +51,6 @@ impl Job {
             pipe: Some(read),
             tail: VecDeque::new(),
             dropped: false,
-            started: now,
-            deadline: now + timeout,
-            timeout,
-            timed_out: false,
         })
     }
 
@@ -99,11 +61,6 @@ impl Job {
     /// The output pipe, while it is open.
     pub fn fd(&self) -> Option<BorrowedFd<'_>> {
         self.pipe.as_ref().map(|p| p.as_fd())
-    }
-
-    /// The timeout, until it has fired.
-    pub fn deadline(&self) -> Option<Instant> {
-        (!self.timed_out).then_some(self.deadline)
     }
 
     /// Reads what the pipe holds now, keeping the tail.
@@ -138,49 +95,13 @@ impl Job {
         }
     }
 
-    /// Kills the job's whole process group once its timeout has passed.
-    pub fn on_deadline(&mut self, now: Instant) {
-        if !self.timed_out && now >= self.deadline {
-            self.timed_out = true;
-            self.kill_group();
-        }
-    }
-
-    /// Kills the job's process group (on stop, or a timeout).
-    pub fn kill_group(&self) {
-        // The group outlives its leader while any member is left, so the id
-        // is not reused while this can reach anyone.
-        if let Err(e) = kill(Pid::from_raw(-self.pid.as_raw()), Signal::SIGKILL)
-            && e != Errno::ESRCH
-        {
-            tracing::warn!(
-                pid = self.pid.as_raw(),
-                "kill(-{}, SIGKILL) failed: {e}",
-                self.pid
-            );
-        }
-    }
-
-    /// The job's process exited with `status`: collect what it wrote, kill
-    /// whatever it left running in its group, and report.
-    pub fn finish(mut self, status: ExitStatus, now: Instant) -> Outcome {
+    /// The job's process exited: what it wrote, as text.
+    pub fn finish(mut self) -> String {
         self.read_output();
-        self.pipe = None;
-        self.kill_group();
         let mut output = String::from_utf8_lossy(self.tail.make_contiguous()).into_owned();
         if self.dropped {
             output.insert_str(0, "[...] ");
         }
-        let took = if self.timed_out {
-            self.timeout
-        } else {
-            now.duration_since(self.started)
-        };
-        Outcome {
-            status,
-            timed_out: self.timed_out,
-            took,
-            output,
-        }
+        output
     }
 }

@@ -29,6 +29,10 @@ use scan::{HashKey, Interest};
 
 use crate::config;
 
+/// A watch's identity: its index in the config's watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WatchId(pub usize);
+
 /// How often a watch that inotify cannot cover is scanned.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
 /// How long to wait, after a kubelet update, for the symlinks of keys it

@@ -1,0 +1,842 @@
+//! The core's transitions, against a fake clock and fake processes: every
+//! test runs in microseconds, without root, and says what tend does.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+
+use super::*;
+use crate::config::Config;
+use crate::status::{State, WatchResult};
+use crate::watch::scan::test_fingerprint;
+
+const SVC: &str = "svc";
+const TERM: i32 = Signal::SIGTERM as i32;
+const KILL: i32 = Signal::SIGKILL as i32;
+
+/// A core with fake processes: every spawn gets the next pid (or fails when
+/// told to), and every command is kept.
+struct Fake {
+    core: Core,
+    t0: Instant,
+    elapsed: Duration,
+    next_pid: i32,
+    fail_next_spawn: Option<i32>,
+    /// Every process spawned: pid, argv, kind.
+    spawned: Vec<(Pid, Vec<String>, SpawnKind)>,
+}
+
+impl Fake {
+    fn new(toml: &str) -> Fake {
+        Fake::with(toml, true)
+    }
+
+    fn with(toml: &str, pid1: bool) -> Fake {
+        let config = Config::parse(toml).unwrap();
+        let settings = Settings {
+            argv: vec![SVC.into()],
+            stop_signal: config.service.stop_signal,
+            stop_timeout: config.service.stop_timeout,
+            restart: config.service.restart,
+            process_group: config.service.process_group,
+            pid1,
+            readiness_files: true,
+        };
+        Fake {
+            core: Core::new(settings, &config.watches),
+            t0: Instant::now(),
+            elapsed: Duration::ZERO,
+            next_pid: 100,
+            fail_next_spawn: None,
+            spawned: Vec::new(),
+        }
+    }
+
+    fn now(&self) -> Now {
+        Now {
+            mono: self.t0 + self.elapsed,
+            wall: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000) + self.elapsed,
+        }
+    }
+
+    /// Feeds `event`, answering spawns as the shell would; returns every
+    /// command in the order the shell would perform them.
+    fn send(&mut self, event: Event) -> Vec<Command> {
+        let mut all = Vec::new();
+        let mut queue = std::collections::VecDeque::from([event]);
+        while let Some(ev) = queue.pop_front() {
+            for c in self.core.handle(self.now(), ev) {
+                if let Command::Spawn { token, argv, kind } = &c {
+                    let result = match self.fail_next_spawn.take() {
+                        Some(code) => Err(SpawnFailure {
+                            message: format!("cannot run {:?}", argv[0]),
+                            exit_code: code,
+                        }),
+                        None => {
+                            self.next_pid += 1;
+                            let pid = Pid::from_raw(self.next_pid);
+                            self.spawned.push((pid, argv.clone(), *kind));
+                            Ok(pid)
+                        }
+                    };
+                    queue.push_back(Event::Spawned {
+                        token: *token,
+                        result,
+                    });
+                }
+                all.push(c);
+            }
+        }
+        all
+    }
+
+    fn tick(&mut self) -> Vec<Command> {
+        self.send(Event::Tick)
+    }
+
+    /// Lets `secs` pass, then ticks.
+    fn after(&mut self, secs: f64) -> Vec<Command> {
+        self.elapsed += Duration::from_secs_f64(secs);
+        self.tick()
+    }
+
+    /// Jumps to the core's next deadline and ticks.
+    fn at_deadline(&mut self) -> Vec<Command> {
+        let d = self.core.deadline().expect("a deadline is pending");
+        self.elapsed = d - self.t0;
+        self.tick()
+    }
+
+    fn content(&mut self, watch: usize, n: u8) -> Vec<Command> {
+        self.send(Event::Content(Content {
+            watch: WatchId(watch),
+            fingerprint: test_fingerprint(n),
+            changed: Vec::new(),
+            files: 1,
+            missing: Vec::new(),
+        }))
+    }
+
+    fn exit(&mut self, pid: Pid, status: ExitStatus) -> Vec<Command> {
+        self.send(Event::Reaped {
+            exits: vec![Exit {
+                pid,
+                status,
+                output: Some(String::new()),
+            }],
+            no_children: false,
+        })
+    }
+
+    fn exit_with_output(&mut self, pid: Pid, status: ExitStatus, output: &str) -> Vec<Command> {
+        self.send(Event::Reaped {
+            exits: vec![Exit {
+                pid,
+                status,
+                output: Some(output.into()),
+            }],
+            no_children: false,
+        })
+    }
+
+    fn no_children(&mut self) -> Vec<Command> {
+        self.send(Event::Reaped {
+            exits: vec![],
+            no_children: true,
+        })
+    }
+
+    fn signal(&mut self, signo: i32) -> Vec<Command> {
+        self.send(Event::Signal {
+            signo,
+            from: 7,
+            code: 0,
+        })
+    }
+
+    /// The pids of every service process started.
+    fn services(&self) -> Vec<Pid> {
+        self.spawned
+            .iter()
+            .filter(|(_, _, k)| *k == SpawnKind::Service)
+            .map(|(p, _, _)| *p)
+            .collect()
+    }
+
+    fn service(&self) -> Pid {
+        *self.services().last().expect("a service was started")
+    }
+
+    /// The pid of the last job spawned with `argv[0] == program`.
+    fn job(&self, program: &str) -> Pid {
+        self.spawned
+            .iter()
+            .rev()
+            .find(|(_, argv, k)| *k == SpawnKind::Job && argv[0] == program)
+            .map(|(p, _, _)| *p)
+            .unwrap_or_else(|| panic!("no job {program:?} was started"))
+    }
+
+    fn jobs(&self, program: &str) -> usize {
+        self.spawned
+            .iter()
+            .filter(|(_, argv, k)| *k == SpawnKind::Job && argv[0] == program)
+            .count()
+    }
+
+    fn state(&mut self) -> (State, bool) {
+        let s = self.core.status();
+        (s.state, s.ready)
+    }
+
+    fn result(&mut self, watch: usize) -> WatchResult {
+        self.core.status().watches[watch].result
+    }
+
+    /// Starts the service on content 0 of every watch, each passing its check.
+    fn started(toml: &str, watches: usize) -> Fake {
+        let mut f = Fake::new(toml);
+        f.tick();
+        for w in 0..watches {
+            f.content(w, 0);
+        }
+        while let Some(pid) = f.running_check() {
+            f.exit(pid, OK);
+        }
+        assert_eq!(f.services().len(), 1, "the service started");
+        assert_eq!(f.state(), (State::Ready, true));
+        f
+    }
+
+    /// A check job that has not exited yet, if any.
+    fn running_check(&self) -> Option<Pid> {
+        self.core
+            .jobs
+            .iter()
+            .find(|j| matches!(j.role, JobRole::Check(..)))
+            .map(|j| j.pid)
+    }
+}
+
+const OK: ExitStatus = ExitStatus::Code(0);
+const FAIL: ExitStatus = ExitStatus::Code(1);
+
+fn signalled(commands: &[Command], pid: Pid) -> Vec<i32> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::Signal { pid: p, signo, .. } if *p == pid => Some(*signo),
+            _ => None,
+        })
+        .collect()
+}
+
+fn exited(commands: &[Command]) -> Option<i32> {
+    commands.iter().find_map(|c| match c {
+        Command::Exit(code) => Some(*code),
+        _ => None,
+    })
+}
+
+fn spawns(commands: &[Command]) -> Vec<SpawnKind> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::Spawn { kind, .. } => Some(*kind),
+            _ => None,
+        })
+        .collect()
+}
+
+const CHECKED: &str =
+    "[[watch]]\nname = \"app\"\npaths = [\"/a\"]\ncheck = [\"check\"]\non_change = \"signal\"\n";
+const CHECKED_RESTART: &str = "[service]\nrestart = \"on-failure\"\n[[watch]]\nname = \"app\"\npaths = [\"/a\"]\ncheck = [\"check\"]\non_change = \"signal\"\n";
+const TWO: &str = "[[watch]]\nname = \"a\"\npaths = [\"/a\"]\ncheck = [\"check\"]\non_change = \"signal\"\n\
+                   [[watch]]\nname = \"b\"\npaths = [\"/b\"]\ncheck = [\"check\"]\non_change = \"signal\"\n";
+
+// ---------------------------------------------------------------- start
+
+#[test]
+fn without_watches_the_service_starts_at_once_and_tend_is_ready() {
+    let mut f = Fake::new("");
+    assert_eq!(spawns(&f.tick()), vec![SpawnKind::Service]);
+    assert_eq!(f.state(), (State::Ready, true));
+    assert_eq!(f.core.deadline(), None, "idle: nothing is due");
+}
+
+#[test]
+fn the_service_starts_only_once_every_watch_passed_its_check() {
+    let mut f = Fake::new(TWO);
+    assert!(spawns(&f.tick()).is_empty());
+    assert_eq!(f.state(), (State::Starting, false));
+    f.content(0, 1);
+    let a = f.job("check");
+    f.content(1, 1);
+    let b = f.job("check");
+    assert_ne!(a, b);
+    f.exit(a, OK);
+    assert!(f.services().is_empty(), "b is still being checked");
+    f.exit(b, FAIL);
+    assert!(f.services().is_empty(), "b is invalid");
+    assert_eq!(f.state(), (State::InvalidConfig, false));
+    f.content(1, 2);
+    f.exit(f.job("check"), OK);
+    assert_eq!(f.services().len(), 1);
+    assert_eq!(f.state(), (State::Ready, true));
+    assert_eq!(f.result(0), WatchResult::Applied);
+    assert_eq!(f.result(1), WatchResult::Applied);
+}
+
+#[test]
+fn the_first_start_failing_exits_with_the_shells_status_whatever_the_policy() {
+    let mut f = Fake::new("[service]\nrestart = \"always\"\n");
+    f.fail_next_spawn = Some(127);
+    let c = f.tick();
+    assert_eq!(
+        c,
+        vec![
+            Command::Spawn {
+                token: 1,
+                argv: vec![SVC.into()],
+                kind: SpawnKind::Service
+            },
+            Command::Reap
+        ]
+    );
+    assert_eq!(exited(&f.no_children()), Some(127));
+}
+
+#[test]
+fn a_later_start_failure_follows_the_restart_policy() {
+    let mut f = Fake::new("[service]\nrestart = \"always\"\n");
+    f.tick();
+    f.exit(f.service(), OK);
+    f.fail_next_spawn = Some(126);
+    f.at_deadline();
+    assert_eq!(f.services().len(), 1, "the start failed");
+    assert_eq!(f.state(), (State::Restarting, false));
+    f.at_deadline();
+    assert_eq!(
+        f.services().len(),
+        2,
+        "and is tried again after the back-off"
+    );
+}
+
+// ---------------------------------------------------------------- checks
+
+#[test]
+fn a_failed_check_is_checked_again_with_a_doubling_back_off_until_it_passes() {
+    let mut f = Fake::new(CHECKED);
+    f.tick();
+    f.content(0, 1);
+    f.exit(f.job("check"), FAIL);
+    let mut waits = Vec::new();
+    for _ in 0..8 {
+        let d = f.core.deadline().unwrap() - (f.t0 + f.elapsed);
+        waits.push(d.as_secs());
+        f.at_deadline();
+        f.exit(f.job("check"), FAIL);
+    }
+    assert_eq!(waits, vec![1, 2, 4, 8, 16, 32, 60, 60]);
+    assert!(f.services().is_empty());
+    assert_eq!(f.jobs("check"), 9);
+    f.at_deadline();
+    f.exit(f.job("check"), OK);
+    assert_eq!(
+        f.services().len(),
+        1,
+        "a recheck that passes starts the service"
+    );
+    assert_eq!(f.core.deadline(), None, "healthy again: nothing is due");
+}
+
+#[test]
+fn a_change_resets_the_recheck_back_off() {
+    let mut f = Fake::new(CHECKED);
+    f.tick();
+    f.content(0, 1);
+    f.exit(f.job("check"), FAIL);
+    f.at_deadline();
+    f.exit(f.job("check"), FAIL);
+    assert_eq!(
+        f.core.deadline().unwrap() - (f.t0 + f.elapsed),
+        Duration::from_secs(2)
+    );
+    f.content(0, 2);
+    f.exit(f.job("check"), OK);
+    f.content(0, 3);
+    f.exit(f.job("check"), FAIL);
+    assert_eq!(
+        f.core.deadline().unwrap() - (f.t0 + f.elapsed),
+        Duration::from_secs(1)
+    );
+}
+
+#[test]
+fn a_check_past_its_timeout_is_killed_with_its_group_and_counts_as_invalid() {
+    let mut f = Fake::started(
+        "[[watch]]\nname = \"app\"\npaths = [\"/a\"]\ncheck = [\"check\"]\ncheck_timeout = \"5s\"\non_change = \"signal\"\n",
+        1,
+    );
+    f.content(0, 1);
+    let check = f.job("check");
+    assert_eq!(
+        f.core.deadline(),
+        Some(f.t0 + f.elapsed + Duration::from_secs(5))
+    );
+    let c = f.at_deadline();
+    assert_eq!(
+        c,
+        vec![Command::Signal {
+            pid: check,
+            group: true,
+            signo: KILL
+        }]
+    );
+    f.exit_with_output(check, ExitStatus::Signal(KILL), "partial output");
+    let st = f.core.status();
+    assert_eq!(st.watches[0].result, WatchResult::Invalid);
+    assert!(
+        st.watches[0].check_output.contains("timed out after 5s"),
+        "{}",
+        st.watches[0].check_output
+    );
+    assert!(!st.ready);
+    assert!(
+        signalled(&f.tick(), f.service()).is_empty(),
+        "the service is left alone"
+    );
+}
+
+#[test]
+fn a_burst_of_changes_is_checked_once_more_with_the_newest_content() {
+    let mut f = Fake::started(CHECKED, 1);
+    f.content(0, 1);
+    let first = f.job("check");
+    for n in 2..=30 {
+        assert!(spawns(&f.content(0, n)).is_empty(), "one check at a time");
+    }
+    let c = f.exit(first, OK);
+    assert_eq!(
+        spawns(&c),
+        vec![SpawnKind::Job],
+        "the stale result is dropped"
+    );
+    assert!(signalled(&c, f.service()).is_empty());
+    let c = f.exit(f.job("check"), OK);
+    assert_eq!(signalled(&c, f.service()), vec![Signal::SIGHUP as i32]);
+    assert_eq!(
+        f.jobs("check"),
+        3,
+        "start-up, the first of the burst, the last"
+    );
+}
+
+#[test]
+fn the_same_content_is_not_a_change() {
+    let mut f = Fake::started(CHECKED, 1);
+    assert!(f.content(0, 0).is_empty());
+    assert_eq!(f.jobs("check"), 1);
+}
+
+// ---------------------------------------------------------------- actions
+
+#[test]
+fn watches_that_change_together_are_signalled_once() {
+    let mut f = Fake::started(TWO, 2);
+    f.content(0, 1);
+    let a = f.job("check");
+    f.content(1, 1);
+    let b = f.job("check");
+    assert!(
+        signalled(&f.exit(a, OK), f.service()).is_empty(),
+        "b's check is still to come"
+    );
+    let c = f.exit(b, OK);
+    assert_eq!(signalled(&c, f.service()), vec![Signal::SIGHUP as i32]);
+    assert_eq!(f.state(), (State::Ready, true));
+}
+
+#[test]
+fn a_valid_change_keeps_tend_ready_while_it_is_checked() {
+    let mut f = Fake::started(CHECKED, 1);
+    f.content(0, 1);
+    assert_eq!(f.state(), (State::Reloading, true));
+    assert_eq!(f.result(0), WatchResult::Pending);
+    f.exit(f.job("check"), OK);
+    assert_eq!(f.state(), (State::Ready, true));
+}
+
+#[test]
+fn an_invalid_change_leaves_the_service_alone_and_turns_readiness_off() {
+    let mut f = Fake::started(CHECKED, 1);
+    f.content(0, 1);
+    let c = f.exit_with_output(f.job("check"), FAIL, "line 2: unknown directive");
+    assert!(signalled(&c, f.service()).is_empty());
+    let st = f.core.status();
+    assert_eq!((st.state, st.ready), (State::InvalidConfig, false));
+    assert_eq!(st.watches[0].check_output, "line 2: unknown directive");
+    f.content(0, 2);
+    let c = f.exit(f.job("check"), OK);
+    assert_eq!(signalled(&c, f.service()), vec![Signal::SIGHUP as i32]);
+    assert_eq!(f.state(), (State::Ready, true));
+}
+
+#[test]
+fn a_restart_action_stops_the_service_and_starts_it_on_the_new_config() {
+    let toml = "[service]\nstop_signal = \"SIGQUIT\"\nstop_timeout = \"3s\"\n[[watch]]\nname = \"app\"\npaths = [\"/a\"]\ncheck = [\"check\"]\non_change = \"restart\"\n";
+    let mut f = Fake::started(toml, 1);
+    let old = f.service();
+    f.content(0, 1);
+    let c = f.exit(f.job("check"), OK);
+    assert_eq!(
+        signalled(&c, old),
+        vec![Signal::SIGQUIT as i32, Signal::SIGCONT as i32]
+    );
+    assert_eq!(f.state(), (State::Restarting, false));
+    let c = f.exit(old, ExitStatus::Code(0));
+    assert_eq!(spawns(&c), vec![SpawnKind::Service]);
+    assert_eq!(f.state(), (State::Ready, true));
+    assert_eq!(f.core.status().service.restarts, 1);
+}
+
+#[test]
+fn a_change_during_a_restart_is_checked_before_the_service_starts_again() {
+    let toml = "[[watch]]\nname = \"app\"\npaths = [\"/a\"]\ncheck = [\"check\"]\non_change = \"restart\"\n";
+    let mut f = Fake::started(toml, 1);
+    let old = f.service();
+    f.content(0, 1);
+    f.exit(f.job("check"), OK);
+    f.content(0, 2);
+    let c = f.exit(old, OK);
+    assert!(
+        !spawns(&c).contains(&SpawnKind::Service),
+        "content 2 is not checked yet"
+    );
+    assert_eq!(f.state(), (State::Restarting, false));
+    let c = f.exit(f.job("check"), FAIL);
+    assert!(spawns(&c).is_empty());
+    assert_eq!(f.state(), (State::InvalidConfig, false));
+    f.content(0, 3);
+    let c = f.exit(f.job("check"), OK);
+    assert_eq!(spawns(&c), vec![SpawnKind::Service]);
+    assert_eq!(f.state(), (State::Ready, true));
+}
+
+#[test]
+fn a_failed_exec_is_retried_with_a_growing_back_off() {
+    let toml =
+        "[[watch]]\nname = \"app\"\npaths = [\"/a\"]\non_change = \"exec\"\nexec = [\"reload\"]\n";
+    let mut f = Fake::started(toml, 1);
+    f.content(0, 1);
+    let mut waits = Vec::new();
+    for _ in 0..6 {
+        f.exit(f.job("reload"), FAIL);
+        assert_eq!(f.state(), (State::Reloading, false));
+        assert_eq!(f.result(0), WatchResult::ActionFailed);
+        waits.push((f.core.deadline().unwrap() - (f.t0 + f.elapsed)).as_secs());
+        f.at_deadline();
+    }
+    assert_eq!(waits, vec![1, 2, 4, 8, 16, 30]);
+    f.exit(f.job("reload"), OK);
+    assert_eq!(f.state(), (State::Ready, true));
+    assert_eq!(f.core.deadline(), None);
+}
+
+#[test]
+fn identical_execs_run_once_for_all_their_watches() {
+    let toml = "[[watch]]\nname = \"a\"\npaths = [\"/a\"]\non_change = \"exec\"\nexec = [\"reload\"]\n\
+                [[watch]]\nname = \"b\"\npaths = [\"/b\"]\non_change = \"exec\"\nexec = [\"reload\"]\n\
+                [[watch]]\nname = \"c\"\npaths = [\"/c\"]\ncheck = [\"check\"]\non_change = \"none\"\n";
+    let mut f = Fake::started(toml, 3);
+    f.content(2, 1);
+    f.content(0, 1);
+    f.content(1, 1);
+    assert_eq!(f.jobs("reload"), 0, "actions wait for c's check");
+    f.exit(f.job("check"), OK);
+    assert_eq!(f.jobs("reload"), 1);
+    f.exit(f.job("reload"), OK);
+    assert_eq!(f.state(), (State::Ready, true));
+}
+
+#[test]
+fn a_restart_covers_every_other_action() {
+    let toml = "[[watch]]\nname = \"a\"\npaths = [\"/a\"]\non_change = \"restart\"\n\
+                [[watch]]\nname = \"b\"\npaths = [\"/b\"]\ncheck = [\"check\"]\non_change = \"exec\"\nexec = [\"reload\"]\n";
+    let mut f = Fake::started(toml, 2);
+    let old = f.service();
+    f.content(1, 1);
+    f.content(0, 1);
+    f.exit(f.job("check"), OK);
+    assert_eq!(f.jobs("reload"), 0);
+    f.exit(old, OK);
+    assert_eq!(f.services().len(), 2);
+    assert_eq!(f.state(), (State::Ready, true));
+}
+
+// ---------------------------------------------------------------- crashes
+
+#[test]
+fn restart_back_off_doubles_and_resets_after_a_long_run() {
+    let mut f = Fake::new("[service]\nrestart = \"always\"\n");
+    f.tick();
+    let mut waits = Vec::new();
+    for _ in 0..7 {
+        f.after(0.5);
+        f.exit(f.service(), OK);
+        assert_eq!(f.state(), (State::Restarting, false));
+        waits.push((f.core.deadline().unwrap() - (f.t0 + f.elapsed)).as_secs());
+        f.at_deadline();
+    }
+    assert_eq!(waits, vec![1, 2, 4, 8, 16, 30, 30]);
+    f.after(10.0);
+    f.exit(f.service(), OK);
+    assert_eq!(
+        f.core.deadline().unwrap() - (f.t0 + f.elapsed),
+        Duration::from_secs(1)
+    );
+}
+
+#[test]
+fn on_failure_ends_tend_on_a_clean_exit() {
+    let mut f = Fake::new("[service]\nrestart = \"on-failure\"\n");
+    f.tick();
+    assert_eq!(f.exit(f.service(), OK), vec![Command::Reap]);
+    assert_eq!(exited(&f.no_children()), Some(0));
+}
+
+#[test]
+fn a_service_that_crashes_while_the_config_is_invalid_stays_down_until_a_valid_one_arrives() {
+    let mut f = Fake::started(CHECKED_RESTART, 1);
+    f.content(0, 1);
+    f.exit(f.job("check"), FAIL);
+    f.exit(f.service(), ExitStatus::Signal(Signal::SIGSEGV as i32));
+    f.at_deadline(); // the back-off ends; a recheck is due too
+    assert_eq!(
+        f.services().len(),
+        1,
+        "not restarted on the rejected config"
+    );
+    assert_eq!(f.state(), (State::InvalidConfig, false));
+    f.after(300.0);
+    f.exit(f.job("check"), FAIL);
+    assert_eq!(f.services().len(), 1);
+    f.content(0, 2);
+    let c = f.exit(f.job("check"), OK);
+    assert_eq!(
+        spawns(&c),
+        vec![SpawnKind::Service],
+        "starts as soon as a valid config arrives"
+    );
+    assert_eq!(f.state(), (State::Ready, true));
+}
+
+#[test]
+fn a_service_that_crashes_while_a_check_runs_starts_only_once_it_passed() {
+    let mut f = Fake::started(CHECKED_RESTART, 1);
+    f.content(0, 1);
+    let check = f.job("check");
+    f.exit(f.service(), FAIL);
+    f.at_deadline();
+    assert_eq!(f.services().len(), 1, "content 1 is not checked yet");
+    assert!(!f.state().1, "never ready on unchecked content");
+    let c = f.exit(check, FAIL);
+    assert!(spawns(&c).iter().all(|k| *k != SpawnKind::Service));
+    assert_eq!(f.state(), (State::InvalidConfig, false));
+    // The same content passes a recheck (an upstream name resolves now).
+    f.at_deadline();
+    let c = f.exit(f.job("check"), OK);
+    assert_eq!(spawns(&c), vec![SpawnKind::Service]);
+    assert_eq!(f.state(), (State::Ready, true));
+}
+
+// ---------------------------------------------------------------- stopping
+
+#[test]
+fn sigterm_stops_the_service_gracefully_then_kills_it() {
+    let mut f = Fake::new("[service]\nstop_timeout = \"10s\"\n");
+    f.tick();
+    let svc = f.service();
+    let c = f.signal(TERM);
+    assert_eq!(signalled(&c, svc), vec![TERM, Signal::SIGCONT as i32]);
+    assert_eq!(f.state(), (State::Stopping, false));
+    assert_eq!(
+        f.core.deadline(),
+        Some(f.t0 + f.elapsed + Duration::from_secs(10))
+    );
+    assert!(
+        signalled(&f.signal(TERM), svc).is_empty(),
+        "a second SIGTERM changes nothing"
+    );
+    assert_eq!(signalled(&f.at_deadline(), svc), vec![KILL]);
+    assert_eq!(f.core.deadline(), None);
+    assert_eq!(f.exit(svc, ExitStatus::Signal(KILL)), vec![Command::Reap]);
+    assert_eq!(exited(&f.no_children()), Some(137));
+}
+
+#[test]
+fn leftovers_in_the_container_get_sigterm_then_sigkill_before_pid1_exits() {
+    let mut f = Fake::new("[service]\nstop_timeout = \"4s\"\n");
+    f.tick();
+    f.exit(f.service(), ExitStatus::Code(3));
+    let c = f.send(Event::Reaped {
+        exits: vec![],
+        no_children: false,
+    });
+    assert_eq!(c, vec![Command::SignalEveryone(TERM)]);
+    assert_eq!(
+        f.core.deadline(),
+        Some(f.t0 + f.elapsed + Duration::from_secs(4))
+    );
+    assert_eq!(f.at_deadline(), vec![Command::SignalEveryone(KILL)]);
+    assert_eq!(
+        f.at_deadline(),
+        vec![Command::Exit(3)],
+        "exits anyway after the grace"
+    );
+}
+
+#[test]
+fn as_a_subreaper_tend_exits_without_touching_other_processes() {
+    let mut f = Fake::with("", false);
+    f.tick();
+    assert_eq!(
+        f.exit(f.service(), ExitStatus::Code(4)),
+        vec![Command::Exit(4)]
+    );
+}
+
+#[test]
+fn sigterm_in_every_phase() {
+    // Starting, waiting for a valid config.
+    let mut f = Fake::new(CHECKED);
+    f.tick();
+    f.content(0, 1);
+    let check = f.job("check");
+    let c = f.signal(TERM);
+    assert_eq!(signalled(&c, check), vec![KILL], "the check is killed");
+    assert!(c.contains(&Command::Reap));
+    assert_eq!(exited(&f.no_children()), Some(143));
+
+    // Backing off after a crash.
+    let mut f = Fake::new("[service]\nrestart = \"always\"\n");
+    f.tick();
+    f.exit(f.service(), FAIL);
+    f.signal(TERM);
+    assert_eq!(exited(&f.no_children()), Some(143));
+    assert_eq!(f.services().len(), 1);
+
+    // Waiting for a valid config after a crash.
+    let mut f = Fake::started(CHECKED_RESTART, 1);
+    f.content(0, 1);
+    f.exit(f.job("check"), FAIL);
+    f.exit(f.service(), FAIL);
+    f.after(1.0);
+    f.signal(TERM);
+    assert_eq!(exited(&f.no_children()), Some(143));
+
+    // Restarting: the old instance is already stopping; its status is tend's.
+    let toml = "[[watch]]\nname = \"app\"\npaths = [\"/a\"]\non_change = \"restart\"\n";
+    let mut f = Fake::started(toml, 1);
+    let old = f.service();
+    f.content(0, 1);
+    assert!(
+        signalled(&f.signal(TERM), old).is_empty(),
+        "no second stop signal"
+    );
+    f.exit(old, ExitStatus::Code(0));
+    assert_eq!(exited(&f.no_children()), Some(0));
+    assert_eq!(f.services().len(), 1, "not started again");
+
+    // Draining: nothing more happens.
+    let mut f = Fake::new("");
+    f.tick();
+    f.exit(f.service(), ExitStatus::Code(5));
+    f.send(Event::Reaped {
+        exits: vec![],
+        no_children: false,
+    });
+    assert!(f.signal(TERM).is_empty());
+    assert_eq!(exited(&f.no_children()), Some(5));
+}
+
+#[test]
+fn sigint_stops_tend_only_while_no_service_process_exists() {
+    let mut f = Fake::new("");
+    f.tick();
+    let svc = f.service();
+    let c = f.signal(Signal::SIGINT as i32);
+    assert_eq!(
+        c,
+        vec![Command::Forward {
+            pid: svc,
+            group: false,
+            signo: Signal::SIGINT as i32,
+            from: 7
+        }]
+    );
+    let mut f = Fake::new(CHECKED);
+    f.tick();
+    f.signal(Signal::SIGINT as i32);
+    assert_eq!(exited(&f.no_children()), Some(130));
+}
+
+#[test]
+fn signals_are_forwarded_to_the_service_or_its_group() {
+    let mut f = Fake::new("[service]\nprocess_group = true\n");
+    f.tick();
+    let svc = f.service();
+    for signo in [Signal::SIGHUP as i32, Signal::SIGUSR1 as i32, 34, 36, 64] {
+        assert_eq!(
+            f.signal(signo),
+            vec![Command::Forward {
+                pid: svc,
+                group: true,
+                signo,
+                from: 7
+            }]
+        );
+    }
+    let c = f.signal(TERM);
+    assert_eq!(
+        c[..2],
+        [
+            Command::Signal {
+                pid: svc,
+                group: true,
+                signo: TERM
+            },
+            Command::Signal {
+                pid: svc,
+                group: true,
+                signo: Signal::SIGCONT as i32
+            }
+        ]
+    );
+}
+
+#[test]
+fn a_signal_while_no_service_runs_is_dropped() {
+    let mut f = Fake::new(CHECKED);
+    f.tick();
+    assert!(f.signal(Signal::SIGHUP as i32).is_empty());
+}
+
+#[test]
+fn checks_and_their_results_are_dropped_once_tend_stops() {
+    let mut f = Fake::started(CHECKED, 1);
+    f.content(0, 1);
+    let check = f.job("check");
+    let svc = f.service();
+    let c = f.signal(TERM);
+    assert_eq!(signalled(&c, check), vec![KILL]);
+    assert!(
+        f.exit(check, FAIL).is_empty(),
+        "nothing to say about a killed check"
+    );
+    assert!(f.content(0, 2).is_empty(), "no new checks while stopping");
+    f.exit(svc, OK);
+    assert_eq!(exited(&f.no_children()), Some(0));
+}

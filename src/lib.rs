@@ -1,0 +1,16 @@
+//! tend: PID 1 for application containers. See README.md for the contract.
+//!
+//! The binary (`main.rs`) chooses a mode and runs; everything else lives in
+//! this library, so that the decisions of the supervisor (`core`) are unit
+//! tests that need neither root nor a PID namespace.
+
+pub mod cli;
+pub mod config;
+pub mod core;
+pub mod log;
+pub mod probe;
+pub mod process;
+pub mod signals;
+pub mod status;
+pub mod supervisor;
+pub mod watch;
