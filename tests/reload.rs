@@ -6,6 +6,7 @@ mod common;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use common::gate::Gate;
 use common::kubelet::project;
 use common::*;
 use nix::sys::signal::Signal;
@@ -345,16 +346,15 @@ fn check_output_is_kept_bounded_to_its_tail() {
 fn a_change_during_a_check_is_checked_and_applied_after_it() {
     let sb = Sandbox::new();
     let conf = sb.path("config/app.conf");
-    let started = sb.path("check-started");
+    let gate = Gate::new(&sb, "check", true);
     let check = toml_list(&[
         "sh".into(),
         "-c".into(),
-        format!(
-            "echo x >> {s}; sleep 0.5; echo checked $(cat {f}) >> {log}",
-            s = started.display(),
+        gate.script(&format!(
+            "echo checked $(cat {f}) >> {log}",
             f = conf.display(),
             log = sb.path("checks.log").display()
-        ),
+        )),
     ]);
     let cfg = k8s(
         &sb,
@@ -363,25 +363,57 @@ fn a_change_during_a_check_is_checked_and_applied_after_it() {
         &format!("on_change = \"signal\"\ncheck = {check}\n"),
     );
     let _tend = sb.tend().config(&cfg).start_ready();
-    let count = || {
-        fs::read_to_string(&started)
-            .unwrap_or_default()
-            .lines()
-            .count()
-    };
+    gate.close();
     update(&sb, "v1");
-    wait_for("the check of v1 to start", secs(5.0), || {
-        (count() == 2).then_some(())
-    });
+    gate.wait_started(2, secs(5.0));
     update(&sb, "v2");
+    gate.open();
     sb.wait_log("service sig SIGHUP", 1, secs(5.0));
-    quiet(0.8);
+    quiet(0.5);
     assert_eq!(
         sb.seen_on("SIGHUP"),
         ["v2"],
         "v1's result was stale: only v2 is applied"
     );
     assert_eq!(checks(&sb), ["checked v0", "checked v2", "checked v2"]);
+}
+
+#[test]
+fn a_burst_during_a_check_is_applied_once_with_the_last_content() {
+    let sb = Sandbox::new();
+    let conf = sb.path("config/app.conf");
+    let gate = Gate::new(&sb, "check", true);
+    let check = toml_list(&[
+        "sh".into(),
+        "-c".into(),
+        gate.script(&format!(
+            "echo checked $(cat {f}) >> {log}",
+            f = conf.display(),
+            log = sb.path("checks.log").display()
+        )),
+    ]);
+    let cfg = k8s(
+        &sb,
+        "v0",
+        "",
+        &format!("on_change = \"signal\"\ncheck = {check}\n"),
+    );
+    let _tend = sb.tend().config(&cfg).start_ready();
+    gate.close();
+    update(&sb, "v1");
+    gate.wait_started(2, secs(5.0));
+    for i in 2..=30 {
+        update(&sb, &format!("v{i}"));
+    }
+    gate.open();
+    sb.wait_log("service sig SIGHUP", 1, secs(10.0));
+    quiet(0.5);
+    assert_eq!(
+        sb.seen_on("SIGHUP"),
+        ["v30"],
+        "one reload, on the last content"
+    );
+    assert_eq!(checks(&sb), ["checked v0", "checked v30", "checked v30"]);
 }
 
 #[test]
@@ -410,12 +442,12 @@ fn a_burst_of_updates_coalesces_and_the_last_one_wins() {
     assert_eq!(sb.seen_on("SIGHUP").last().unwrap(), "v30");
 }
 
-/// Two volumes, two watches, each with a check that takes a moment, as when
-/// one kubelet sync updates both.
-fn two_volumes(sb: &Sandbox, action: &str) -> PathBuf {
+/// Two volumes, two watches, each with a check held at `gate`, as when one
+/// kubelet sync updates both while their checks run.
+fn two_volumes(sb: &Sandbox, action: &str, gate: &Gate) -> PathBuf {
     project(&sb.path("a"), &[("a.conf", "a0")]);
     project(&sb.path("b"), &[("b.conf", "b0")]);
-    let check = toml_list(&["sleep".into(), "0.2".into()]);
+    let check = toml_list(&["sh".into(), "-c".into(), gate.script("true")]);
     sb.config(&format!(
         "[service]\ncommand = {}\n{}\n\
          [[watch]]\nname = \"a\"\npaths = [{:?}]\ncheck = {check}\non_change = \"{action}\"\n\
@@ -430,10 +462,15 @@ fn two_volumes(sb: &Sandbox, action: &str) -> PathBuf {
 #[test]
 fn watches_that_change_together_signal_once() {
     let sb = Sandbox::new();
-    let cfg = two_volumes(&sb, "signal");
+    let gate = Gate::new(&sb, "check", true);
+    let cfg = two_volumes(&sb, "signal", &gate);
     let tend = sb.tend().config(&cfg).start_ready();
+    gate.close();
     project(&sb.path("a"), &[("a.conf", "a1")]);
+    gate.wait_started(3, secs(5.0));
     project(&sb.path("b"), &[("b.conf", "b1")]);
+    gate.wait_started(4, secs(5.0));
+    gate.open();
     sb.wait_log("service sig SIGHUP", 1, secs(5.0));
     quiet(0.8);
     assert_eq!(sb.seen_on("SIGHUP"), ["b1"], "one SIGHUP for both");
@@ -447,10 +484,15 @@ fn watches_that_change_together_signal_once() {
 #[test]
 fn watches_that_change_together_restart_once() {
     let sb = Sandbox::new();
-    let cfg = two_volumes(&sb, "restart");
+    let gate = Gate::new(&sb, "check", true);
+    let cfg = two_volumes(&sb, "restart", &gate);
     let _tend = sb.tend().config(&cfg).start_ready();
+    gate.close();
     project(&sb.path("a"), &[("a.conf", "a1")]);
+    gate.wait_started(3, secs(5.0));
     project(&sb.path("b"), &[("b.conf", "b1")]);
+    gate.wait_started(4, secs(5.0));
+    gate.open();
     sb.wait_log("service start", 2, secs(5.0));
     sb.wait_ready(true, secs(5.0));
     quiet(0.8);
@@ -528,4 +570,97 @@ fn ctrl_c_while_waiting_for_a_valid_config_stops_tend() {
         tend.stderr()
             .contains("SIGINT received while no service runs: stopping")
     );
+}
+
+#[test]
+fn on_change_none_tracks_readiness_and_touches_nothing() {
+    let sb = Sandbox::new();
+    let conf = sb.path("config/app.conf");
+    let cfg = k8s(
+        &sb,
+        "v0",
+        "",
+        &format!("on_change = \"none\"\ncheck = {}\n", validator(&sb, &conf)),
+    );
+    let tend = sb.tend().config(&cfg).start_ready();
+    update(&sb, "v1");
+    tend.wait_stderr("config accepted (on_change = \"none\")", secs(5.0));
+    update(&sb, "INVALID");
+    sb.wait_ready(false, secs(5.0));
+    update(&sb, "v2");
+    sb.wait_ready(true, secs(5.0));
+    let st = sb.wait_state("ready", secs(5.0));
+    assert_eq!(st["watches"][0]["result"], "applied");
+    assert!(
+        sb.log("service sig ").is_empty(),
+        "the service got no signal"
+    );
+    assert_eq!(sb.log("service start").len(), 1);
+}
+
+#[test]
+fn a_kubelet_update_is_acted_on_at_once_even_with_a_long_debounce() {
+    let sb = Sandbox::new();
+    let cfg = k8s(&sb, "v0", "", "on_change = \"signal\"\ndebounce = \"1m\"\n");
+    let _tend = sb.tend().config(&cfg).start_ready();
+    update(&sb, "v1");
+    sb.wait_log("service sig SIGHUP", 1, secs(5.0));
+    assert_eq!(sb.seen_on("SIGHUP"), ["v1"]);
+}
+
+#[test]
+fn an_exec_past_its_timeout_is_killed_reported_and_retried() {
+    let sb = Sandbox::new();
+    let works = sb.path("reload-works");
+    let exec = toml_list(&[
+        "sh".into(),
+        "-c".into(),
+        format!("[ -e {} ] || exec sleep 60", works.display()),
+    ]);
+    let cfg = k8s(
+        &sb,
+        "v0",
+        "",
+        &format!("on_change = \"exec\"\nexec = {exec}\ncheck_timeout = \"500ms\"\n"),
+    );
+    let tend = sb.tend().config(&cfg).start_ready();
+    update(&sb, "v1");
+    tend.wait_stderr("reload command failed (timed out after 500ms", secs(10.0));
+    let st = sb.wait_state("reloading", secs(5.0));
+    assert_eq!(st["watches"][0]["result"], "action_failed");
+    assert_eq!(st["ready"], false);
+    fs::write(&works, "").unwrap();
+    sb.wait_ready(true, secs(10.0));
+    assert_eq!(sb.status().unwrap()["watches"][0]["result"], "applied");
+}
+
+#[test]
+fn the_status_says_starting_then_reloading_with_a_pending_result() {
+    let sb = Sandbox::new();
+    let gate = Gate::new(&sb, "check", false);
+    let check = toml_list(&["sh".into(), "-c".into(), gate.script("true")]);
+    let cfg = k8s(
+        &sb,
+        "v0",
+        "",
+        &format!("on_change = \"signal\"\ncheck = {check}\n"),
+    );
+    let _tend = sb.tend().config(&cfg).start();
+    gate.wait_started(1, secs(10.0));
+    let st = sb.wait_state("starting", secs(5.0));
+    assert_eq!(st["ready"], false);
+    assert_eq!(st["watches"][0]["result"], "pending");
+    assert!(st["service"]["pid"].is_null());
+    gate.open();
+    sb.wait_log("service start", 1, secs(10.0));
+    sb.wait_ready(true, secs(10.0));
+    gate.close();
+    update(&sb, "v1");
+    gate.wait_started(2, secs(5.0));
+    let st = sb.wait_state("reloading", secs(5.0));
+    assert_eq!(st["ready"], true, "the service still runs a good config");
+    assert_eq!(st["watches"][0]["result"], "pending");
+    gate.open();
+    let st = sb.wait_state("ready", secs(5.0));
+    assert_eq!(st["watches"][0]["result"], "applied");
 }

@@ -172,3 +172,131 @@ fn tend_log_sets_the_level_and_a_bad_value_is_a_usage_error() {
     assert_eq!(code, 2);
     assert!(err.contains("TEND_LOG"), "{err}");
 }
+
+/// A kubelet volume with app.conf, checked by a validator that rejects
+/// INVALID, behind `gate`; the service restarts on failure.
+fn crashing_on(sb: &Sandbox, gate: &gate::Gate) -> std::path::PathBuf {
+    let vol = sb.path("config");
+    let conf = vol.join("app.conf");
+    kubelet::project(&vol, &[("app.conf", "v0")]);
+    let check = gate.script(&format!("! grep -q INVALID {}", conf.display()));
+    sb.config(&format!(
+        "[service]\ncommand = {}\nrestart = \"on-failure\"\n{}\n\
+         [[watch]]\nname = \"app\"\npaths = [{:?}]\ncheck = {}\non_change = \"signal\"\n",
+        sb.service_toml(&["--config", &conf.display().to_string()]),
+        sb.readiness_toml(),
+        vol.display().to_string(),
+        toml_list(&["sh".into(), "-c".into(), check]),
+    ))
+}
+
+fn update(sb: &Sandbox, content: &str) {
+    kubelet::project(&sb.path("config"), &[("app.conf", content)]);
+}
+
+#[test]
+fn a_service_that_crashes_on_a_rejected_config_stays_down_until_a_valid_one_arrives() {
+    let sb = Sandbox::new();
+    let gate = gate::Gate::new(&sb, "check", true);
+    let cfg = crashing_on(&sb, &gate);
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    update(&sb, "INVALID");
+    sb.wait_state("invalid_config", secs(10.0));
+    svc::kill(&mut tend, Signal::SIGKILL);
+    tend.wait_stderr("the service stays down", secs(10.0));
+    let st = sb.status().unwrap();
+    assert_eq!(st["state"], "invalid_config");
+    assert_eq!(st["ready"], false);
+    assert!(st["service"]["pid"].is_null(), "{st}");
+    // Rechecks of the rejected config fail again; nothing starts on it.
+    tend.wait_stderr("checking the rejected config again", secs(10.0));
+    assert_eq!(sb.log("service start").len(), 1, "not restarted on INVALID");
+    update(&sb, "v2");
+    let starts = sb.wait_log("service start", 2, secs(10.0));
+    assert!(starts[1].ends_with("config=v2"), "{starts:?}");
+    sb.wait_ready(true, secs(10.0));
+}
+
+#[test]
+fn a_service_that_crashes_while_a_change_is_checked_waits_for_the_verdict() {
+    let sb = Sandbox::new();
+    let gate = gate::Gate::new(&sb, "check", true);
+    let cfg = crashing_on(&sb, &gate);
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    gate.close();
+    update(&sb, "INVALID");
+    gate.wait_started(2, secs(10.0));
+    svc::kill(&mut tend, Signal::SIGKILL);
+    let err = tend.wait_stderr("the service stays down", secs(10.0));
+    assert!(err.contains("is not checked yet"), "{err}");
+    assert!(!sb.is_ready(), "never ready while the content is unchecked");
+    assert_eq!(sb.log("service start").len(), 1);
+    gate.open();
+    sb.wait_state("invalid_config", secs(10.0));
+    quiet(0.3);
+    assert_eq!(sb.log("service start").len(), 1, "not started on INVALID");
+    assert!(!sb.is_ready());
+    let err = tend.stderr();
+    assert!(
+        !err.contains("keeps running on the last good one"),
+        "the service is down, the log must not say it runs: {err}"
+    );
+    update(&sb, "v2");
+    let starts = sb.wait_log("service start", 2, secs(10.0));
+    assert!(starts[1].ends_with("config=v2"), "{starts:?}");
+    sb.wait_ready(true, secs(10.0));
+}
+
+#[test]
+fn a_check_that_failed_for_a_transient_reason_is_checked_again_until_it_passes() {
+    let sb = Sandbox::new();
+    let vol = sb.path("config");
+    kubelet::project(&vol, &[("app.conf", "v0")]);
+    let resolvable = sb.path("upstream-resolves");
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = {}\n{}\n[[watch]]\nname = \"app\"\npaths = [{:?}]\n\
+         check = [\"test\", \"-e\", {:?}]\non_change = \"signal\"\n",
+        sb.service_toml(&[]),
+        sb.readiness_toml(),
+        vol.display().to_string(),
+        resolvable.display().to_string(),
+    ));
+    let tend = sb.tend().config(&cfg).start();
+    tend.wait_stderr("checking again in 1s", secs(10.0));
+    tend.wait_stderr("checking again in 2s", secs(10.0));
+    assert!(sb.log("service start").is_empty());
+    std::fs::write(&resolvable, "").unwrap();
+    sb.wait_log("service start", 1, secs(10.0));
+    sb.wait_ready(true, secs(5.0));
+}
+
+#[test]
+fn the_default_config_is_etc_tend_supervisor_toml() {
+    let sb = Sandbox::new();
+    let cfg = sb.config("[service]\ncommand = [\"sh\", \"-c\", \"exit 7\"]\n");
+    // A private /etc in a new mount namespace holds the default config.
+    let script = format!(
+        "mount -t tmpfs tmpfs /etc && mkdir /etc/tend && cp {} /etc/tend/supervisor.toml && exec {TEND}",
+        cfg.display()
+    );
+    let (code, _, err) = sb
+        .tend()
+        .wrapped(
+            "unshare",
+            &[
+                "--mount",
+                "--pid",
+                "--fork",
+                "--mount-proc",
+                "sh",
+                "-c",
+                &script,
+            ],
+        )
+        .run(secs(10.0));
+    assert_eq!(code, 7, "{err}");
+}
+
+fn quiet(s: f64) {
+    std::thread::sleep(secs(s));
+}

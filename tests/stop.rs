@@ -170,3 +170,26 @@ fn tend_as_a_subreaper_leaves_other_processes_alone() {
         .unwrap();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL).unwrap();
 }
+
+#[test]
+fn a_stopped_service_gets_sigcont_with_its_stop_signal() {
+    let sb = Sandbox::new();
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = {}\nstop_timeout = \"30s\"\n",
+        sb.service_toml(&[])
+    ));
+    let mut tend = sb.tend().config(&cfg).start();
+    sb.wait_log("service start", 1, secs(10.0));
+    svc::kill(&mut tend, Signal::SIGSTOP);
+    wait_for("the service to be stopped", secs(5.0), || {
+        tend.children()
+            .iter()
+            .any(|(_, state)| *state == 'T')
+            .then_some(())
+    });
+    let asked = Instant::now();
+    tend.signal(Signal::SIGTERM);
+    assert_eq!(tend.wait(secs(20.0)), 0, "it handled SIGTERM, not SIGKILL");
+    assert!(asked.elapsed() < secs(10.0), "well before stop_timeout");
+    assert!(sb.log("service sig SIGTERM").len() == 1);
+}

@@ -8,7 +8,6 @@
 
 pub mod job;
 pub mod reaper;
-pub mod service;
 pub mod spawn;
 
 use std::fmt;

@@ -8,8 +8,10 @@
 
 #![allow(dead_code)]
 
+pub mod gate;
 pub mod http;
 pub mod kubelet;
+pub mod svc;
 
 use std::fs;
 use std::io::Read as _;
