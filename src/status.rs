@@ -77,6 +77,21 @@ impl WatchResult {
 pub struct ServiceStatus {
     pub pid: Option<i32>,
     pub restarts: u32,
+    /// The service's last STATUS= (with notify).
+    #[serde(default)]
+    pub status: Option<String>,
+    /// Every service process: the one serving, a new one starting next to
+    /// it (overlap restarts), and those being stopped.
+    #[serde(default)]
+    pub instances: Vec<InstanceStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceStatus {
+    pub pid: i32,
+    /// serving | starting | stopping
+    pub state: String,
+    pub ready: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -254,6 +269,8 @@ mod tests {
             service: ServiceStatus {
                 pid: Some(42),
                 restarts: 0,
+                status: None,
+                instances: vec![],
             },
             watches: vec![],
             updated_at: String::new(),

@@ -70,6 +70,10 @@ impl Supervisor {
             process_group: config.service.process_group,
             pid1,
             readiness_files: readiness.configured(),
+            notify: false,
+            ready_check: None,
+            ready_timeout: std::time::Duration::from_secs(30),
+            overlap: false,
         };
         Ok(Supervisor {
             core: Core::new(settings, &config.watches),

@@ -18,6 +18,17 @@
 //! other event; until then the core knows a spawn is pending and starts
 //! nothing else in its place.
 //!
+//! Generations: a `restart` action with `restart_mode = "overlap"` starts
+//! the new instance next to the old one ([`Phase::Overlapping`]), and stops
+//! the old one only once the new one is ready; if the new one fails, the old
+//! one keeps serving. Every instance being stopped (an old generation, a new
+//! one that failed, all of them while tend stops) is in [`Core::stopping`]:
+//! it gets no forwarded signals, and tend waits for it before it exits.
+//!
+//! Readiness of an instance: with `notify` it is ready once it sends
+//! READY=1; with `ready_check` once that command exits 0; otherwise at once.
+//! An instance not ready within `ready_timeout` has failed.
+//!
 //! The rules that protect the service:
 //! - It starts, and restarts after a crash or a restart action, only when the
 //!   newest content of every watch passed its check. Otherwise it stays down
@@ -79,6 +90,41 @@ pub enum Event {
     },
     /// A scan of a watch finished.
     Content(Content),
+    /// A datagram on the notify socket. `chain` is the sender's pid and its
+    /// ancestors' (nearest first), so the core can tell which instance's
+    /// process tree it came from.
+    Notify {
+        chain: Vec<Pid>,
+        message: Notification,
+    },
+}
+
+/// What a service said on NOTIFY_SOCKET (the sd_notify protocol).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Notification {
+    pub ready: bool,
+    pub reloading: bool,
+    pub stopping: bool,
+    pub status: Option<String>,
+}
+
+impl Notification {
+    /// Parses newline-separated `KEY=VALUE` assignments; unknown keys (MAINPID,
+    /// WATCHDOG, ...) are ignored.
+    pub fn parse(datagram: &[u8]) -> Notification {
+        let text = String::from_utf8_lossy(datagram);
+        let mut n = Notification::default();
+        for line in text.split('\n') {
+            match line.split_once('=') {
+                Some(("READY", "1")) => n.ready = true,
+                Some(("RELOADING", "1")) => n.reloading = true,
+                Some(("STOPPING", "1")) => n.stopping = true,
+                Some(("STATUS", v)) => n.status = Some(v.to_string()),
+                _ => {}
+            }
+        }
+        n
+    }
 }
 
 /// A reaped process.
@@ -155,6 +201,23 @@ pub struct Settings {
     pub pid1: bool,
     /// Readiness files are written (readiness changes are then logged).
     pub readiness_files: bool,
+    /// The service reports readiness with sd_notify (READY=1, RELOADING=1).
+    pub notify: bool,
+    /// Without notify: the service is ready once this exits 0.
+    pub ready_check: Option<Vec<String>>,
+    /// A start (or, with notify or ready_check, a signal reload) not ready by
+    /// then has failed.
+    pub ready_timeout: Duration,
+    /// `restart_mode = "overlap"`: a restart starts the new instance first.
+    pub overlap: bool,
+}
+
+impl Settings {
+    /// Whether an instance must say it is ready, rather than being ready as
+    /// soon as it runs.
+    fn gated(&self) -> bool {
+        self.notify || self.ready_check.is_some()
+    }
 }
 
 /// Every state tend as a whole can be in.
@@ -163,12 +226,20 @@ enum Phase {
     /// Before the first start: the first content of every watch is being
     /// checked. Without watches this lasts no time at all.
     Starting,
-    /// The service runs.
+    /// The service runs (not necessarily ready yet, or being stopped because
+    /// it did not become ready in time).
     Running(Instance),
-    /// A restart action: the old instance is stopping; the service starts
-    /// again when it is gone.
+    /// A stop-start restart: the old instance (in `stopping`) is being
+    /// stopped; the service starts again when it is gone.
     Restarting {
+        old: Pid,
+    },
+    /// An overlap restart: the new instance starts next to the old one,
+    /// which keeps serving (and gets forwarded signals) until the new one is
+    /// ready.
+    Overlapping {
         old: Instance,
+        new: Instance,
     },
     /// The service exited on its own; the restart policy starts it again then.
     BackingOff {
@@ -177,8 +248,13 @@ enum Phase {
     /// The service is down and starts as soon as the newest content of every
     /// watch passed its check.
     WaitingForConfig,
-    /// tend was told to stop: the service is being stopped.
-    Stopping(Instance),
+    /// tend was told to stop: every instance is in `stopping`. tend exits
+    /// with the status of `main` (the generation that was serving) once all
+    /// are gone.
+    Stopping {
+        main: Option<Pid>,
+        status: Option<ExitStatus>,
+    },
     /// The service is gone for good. As PID 1, tend stops whatever is left in
     /// the container before it exits: SIGTERM once `deadline` is set, then
     /// SIGKILL (`killed`) and a short grace.
@@ -195,8 +271,22 @@ enum Phase {
 struct Instance {
     pid: Pid,
     since: Instant,
+    /// It said it is ready (always true without notify or ready_check).
+    ready: bool,
+    /// Not ready by then: its start failed.
+    ready_by: Option<Instant>,
     /// Sent its stop signal: SIGKILL at `kill_at` unless `killed` already.
     stop: Option<(Instant, bool)>,
+}
+
+/// A signal reload that the service must confirm (notify: RELOADING=1 then
+/// READY=1; ready_check: the check passes again).
+#[derive(Debug)]
+struct Reload {
+    pid: Pid,
+    watches: Vec<WatchId>,
+    deadline: Instant,
+    seen_reloading: bool,
 }
 
 /// A check or exec action in flight.
@@ -213,13 +303,22 @@ struct Job {
 enum JobRole {
     Check(WatchId, Fingerprint),
     Exec(Vec<WatchId>),
+    /// `ready_check` for this instance.
+    ReadyCheck(Pid),
 }
 
 #[derive(Debug, Clone)]
 enum Pending {
-    Service,
+    /// A new instance; with `overlap`, next to the one that runs.
+    Service {
+        overlap: bool,
+    },
     Job(JobRole, Duration),
 }
+
+/// ready_check runs again after a failure, backing off up to this.
+const READY_CHECK_MAX: Duration = Duration::from_secs(1);
+const READY_CHECK_INITIAL: Duration = Duration::from_millis(100);
 
 pub struct Core {
     settings: Settings,
@@ -236,6 +335,14 @@ pub struct Core {
     backoff: Duration,
     /// Whether tend was ready at the last status, to log changes once.
     was_ready: bool,
+    /// Instances being stopped that are not the phase's own.
+    stopping: Vec<Instance>,
+    reload: Option<Reload>,
+    /// ready_check is due for this instance then.
+    ready_check_at: Option<(Pid, Instant)>,
+    ready_check_delay: Duration,
+    /// The service's last STATUS= text.
+    service_status: Option<String>,
     out: Vec<Command>,
 }
 
@@ -253,6 +360,11 @@ impl Core {
             started_once: false,
             backoff: BACKOFF_INITIAL,
             was_ready: false,
+            stopping: Vec::new(),
+            reload: None,
+            ready_check_at: None,
+            ready_check_delay: READY_CHECK_INITIAL,
+            service_status: None,
             out: Vec::new(),
         }
     }
@@ -275,6 +387,7 @@ impl Core {
             }
             Event::Spawned { token, result } => self.on_spawned(token, result, now),
             Event::Content(c) => self.on_content(c, now),
+            Event::Notify { chain, message } => self.on_notify(&chain, message, now),
         }
         self.on_time(now);
         self.advance(now);
@@ -286,11 +399,20 @@ impl Core {
     /// count, or a deadline in the past would make the loop spin.
     pub fn deadline(&self) -> Option<Instant> {
         let (phase, watching, acting) = match &self.phase {
-            Phase::Starting | Phase::WaitingForConfig => (None, true, false),
-            Phase::Running(_) => (None, true, true),
-            Phase::Restarting { old } => (kill_at(old), true, false),
+            Phase::Starting | Phase::WaitingForConfig | Phase::Restarting { .. } => {
+                (None, true, false)
+            }
+            Phase::Running(i) => (
+                [i.ready_by.filter(|_| !i.ready), kill_at(i)]
+                    .into_iter()
+                    .flatten()
+                    .min(),
+                true,
+                true,
+            ),
+            Phase::Overlapping { new, .. } => (new.ready_by, true, false),
             Phase::BackingOff { until } => (Some(*until), true, false),
-            Phase::Stopping(i) => (kill_at(i), false, false),
+            Phase::Stopping { .. } => (None, false, false),
             Phase::Draining { deadline, .. } => (*deadline, false, false),
             Phase::Exited => (None, false, false),
         };
@@ -300,9 +422,22 @@ impl Core {
             .filter(|j| !j.timed_out)
             .map(|j| j.started + j.timeout)
             .min();
+        let stopping = self.stopping.iter().filter_map(kill_at).min();
+        let readiness = [
+            self.reload.as_ref().map(|r| r.deadline),
+            self.ready_check_at
+                .filter(|_| !self.ready_check_running())
+                .map(|(_, at)| at),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .filter(|_| watching);
         [
             phase,
             jobs,
+            stopping,
+            readiness,
             self.pipeline.recheck_deadline().filter(|_| watching),
             self.pipeline.retry_deadline().filter(|_| acting),
         ]
@@ -313,16 +448,24 @@ impl Core {
 
     /// What the status file should say now. Logs readiness changes.
     pub fn status(&mut self) -> Status {
-        let running = matches!(self.phase, Phase::Running(_));
-        let ready = running && self.pipeline.all_good();
+        let serving = match &self.phase {
+            Phase::Running(i) => i.ready && i.stop.is_none(),
+            Phase::Overlapping { old, .. } => old.ready,
+            _ => false,
+        };
+        let ready = serving && self.pipeline.all_good();
         let invalid = self.pipeline.any_invalid();
         let state = match &self.phase {
-            Phase::Stopping(_) | Phase::Draining { .. } | Phase::Exited => State::Stopping,
-            Phase::Restarting { .. } | Phase::BackingOff { .. } => State::Restarting,
+            Phase::Stopping { .. } | Phase::Draining { .. } | Phase::Exited => State::Stopping,
+            Phase::Restarting { .. } | Phase::BackingOff { .. } | Phase::Overlapping { .. } => {
+                State::Restarting
+            }
             Phase::WaitingForConfig if !invalid => State::Restarting,
             _ if invalid => State::InvalidConfig,
             Phase::Starting => State::Starting,
-            _ if ready && !self.pipeline.busy() => State::Ready,
+            Phase::Running(i) if !i.ready && self.restarts == 0 => State::Starting,
+            Phase::Running(i) if !i.ready || i.stop.is_some() => State::Restarting,
+            _ if ready && !self.pipeline.busy() && self.reload.is_none() => State::Ready,
             _ => State::Reloading,
         };
         if ready != self.was_ready && (self.settings.readiness_files || !self.watches.is_empty()) {
@@ -345,12 +488,24 @@ impl Core {
                 }
             }
         }
+        let mut instances = Vec::new();
+        match &self.phase {
+            Phase::Running(i) => instances.push(instance_status(i, "serving")),
+            Phase::Overlapping { old, new } => {
+                instances.push(instance_status(old, "serving"));
+                instances.push(instance_status(new, "starting"));
+            }
+            _ => {}
+        }
+        instances.extend(self.stopping.iter().map(|i| instance_status(i, "stopping")));
         Status {
             state,
             ready,
             service: ServiceStatus {
                 pid: self.service_pid().map(Pid::as_raw),
                 restarts: self.restarts,
+                status: self.service_status.clone(),
+                instances,
             },
             watches: self
                 .pipeline
@@ -384,26 +539,32 @@ impl Core {
     }
 
     fn on_sigterm(&mut self, from: u32, now: Now) {
-        match self.phase {
-            Phase::Running(mut inst) => {
-                tracing::info!(from, "SIGTERM received: stopping");
-                self.kill_jobs();
-                self.stop(&mut inst, now);
-                self.phase = Phase::Stopping(inst);
+        let main = match self.phase {
+            Phase::Running(inst) => {
+                self.retire(inst, now);
+                Some(inst.pid)
             }
-            Phase::Restarting { old } => {
-                tracing::info!(from, "SIGTERM received: stopping");
-                self.kill_jobs();
-                self.phase = Phase::Stopping(old);
+            Phase::Overlapping { old, new } => {
+                self.retire(old, now);
+                self.retire(new, now);
+                Some(old.pid)
             }
+            Phase::Restarting { old } => Some(old),
             Phase::Starting | Phase::BackingOff { .. } | Phase::WaitingForConfig => {
                 tracing::info!(from, "SIGTERM received: stopping");
                 self.drain(ExitStatus::Signal(Signal::SIGTERM as i32));
+                return;
             }
-            Phase::Stopping(_) | Phase::Draining { .. } | Phase::Exited => {
+            Phase::Stopping { .. } | Phase::Draining { .. } | Phase::Exited => {
                 tracing::info!(from, "SIGTERM received again: already stopping");
+                return;
             }
-        }
+        };
+        tracing::info!(from, "SIGTERM received: stopping");
+        self.kill_jobs();
+        self.reload = None;
+        self.ready_check_at = None;
+        self.phase = Phase::Stopping { main, status: None };
     }
 
     /// SIGINT while no service process exists: there is nothing to interrupt,
@@ -437,8 +598,11 @@ impl Core {
     // ------------------------------------------------------------ exits
 
     fn on_exit(&mut self, exit: Exit, now: Now) {
-        if self.service_pid() == Some(exit.pid) {
-            self.on_service_exit(exit.status, now);
+        if let Some(at) = self.stopping.iter().position(|i| i.pid == exit.pid) {
+            self.stopping.swap_remove(at);
+            self.on_stopped(exit.pid, exit.status, now);
+        } else if self.current_pids().contains(&exit.pid) {
+            self.on_service_exit(exit.pid, exit.status, now);
         } else if let Some(at) = self.jobs.iter().position(|j| j.pid == exit.pid) {
             let job = self.jobs.swap_remove(at);
             // What the job left running in its process group goes with it.
@@ -449,25 +613,60 @@ impl Core {
         }
     }
 
-    fn on_service_exit(&mut self, status: ExitStatus, now: Now) {
+    /// An instance tend was stopping is gone.
+    fn on_stopped(&mut self, pid: Pid, status: ExitStatus, now: Now) {
         match self.phase {
-            Phase::Running(inst) => {
-                let uptime = now.mono.saturating_duration_since(inst.since);
-                self.after_unplanned_exit(status, uptime, Some(inst.pid), now);
-            }
-            Phase::Restarting { old } => {
-                tracing::info!(pid = old.pid.as_raw(), "service stopped: {status}");
-                for id in self.pipeline.acting() {
-                    self.pipeline.action_finished(id, true, now.mono);
-                }
+            Phase::Restarting { old } if old == pid => {
+                tracing::info!(pid = pid.as_raw(), "service stopped: {status}");
+                self.finish_acting(true, now);
                 self.phase = Phase::WaitingForConfig;
                 self.explain_waiting();
             }
-            Phase::Stopping(inst) => {
-                tracing::info!(pid = inst.pid.as_raw(), "service stopped: {status}");
-                self.drain(status);
+            Phase::Stopping { main, status: st } => {
+                tracing::info!(pid = pid.as_raw(), "service stopped: {status}");
+                let st = if main == Some(pid) { Some(status) } else { st };
+                self.phase = Phase::Stopping { main, status: st };
+                if self.stopping.is_empty() {
+                    let status = st.unwrap_or(ExitStatus::Signal(Signal::SIGTERM as i32));
+                    self.drain(status);
+                }
             }
-            _ => unreachable!("a service pid exists only in the phases above"),
+            _ => tracing::info!(pid = pid.as_raw(), "previous instance stopped: {status}"),
+        }
+    }
+
+    /// A current instance exited without tend asking it to.
+    fn on_service_exit(&mut self, pid: Pid, status: ExitStatus, now: Now) {
+        if self.reload.as_ref().is_some_and(|r| r.pid == pid) {
+            // Its watches stay acting: the next start reads their config.
+            self.reload = None;
+        }
+        match self.phase {
+            Phase::Running(inst) => {
+                let uptime = now.mono.saturating_duration_since(inst.since);
+                // Stopped by tend because it never became ready: a failure,
+                // whatever its exit code.
+                let failed = inst.stop.is_some();
+                self.after_unplanned_exit(status, failed, uptime, Some(inst.pid), now);
+            }
+            Phase::Overlapping { old, new } if new.pid == pid => {
+                tracing::warn!(
+                    pid = pid.as_raw(),
+                    "the new instance exited before it was ready ({status}): the old one keeps serving"
+                );
+                self.phase = Phase::Running(old);
+                self.finish_acting(false, now);
+            }
+            Phase::Overlapping { old, new } => {
+                tracing::warn!(
+                    pid = old.pid.as_raw(),
+                    "the old instance exited during the restart ({status}): the new one takes over"
+                );
+                self.phase = Phase::Running(new);
+                self.finish_acting(true, now);
+                self.pipeline.started();
+            }
+            _ => unreachable!("current pids exist only in the phases above"),
         }
     }
 
@@ -476,6 +675,7 @@ impl Core {
     fn after_unplanned_exit(
         &mut self,
         status: ExitStatus,
+        failed: bool,
         uptime: Duration,
         pid: Option<Pid>,
         now: Now,
@@ -483,7 +683,7 @@ impl Core {
         let pid = pid.map_or(0, Pid::as_raw);
         let again = match self.settings.restart {
             Restart::Never => false,
-            Restart::OnFailure => !status.success(),
+            Restart::OnFailure => failed || !status.success(),
             Restart::Always => true,
         };
         if !again {
@@ -536,6 +736,16 @@ impl Core {
                     ));
                 }
                 self.on_check_result(id, fp, passed, &describe, took, output, now);
+            }
+            JobRole::ReadyCheck(pid) => {
+                if passed {
+                    tracing::debug!(pid = pid.as_raw(), took = ?took, "ready_check passed");
+                    self.ready_check_at = None;
+                    self.on_ready(pid, now);
+                } else {
+                    tracing::debug!(pid = pid.as_raw(), "ready_check failed ({describe})");
+                    self.ready_check_failed(pid, now);
+                }
             }
             JobRole::Exec(ids) => {
                 for &id in &ids {
@@ -657,7 +867,7 @@ impl Core {
     fn pending_service(&self) -> Option<u64> {
         self.pending
             .iter()
-            .find(|(_, p)| matches!(p, Pending::Service))
+            .find(|(_, p)| matches!(p, Pending::Service { .. }))
             .map(|(t, _)| *t)
     }
 
@@ -666,7 +876,7 @@ impl Core {
             self.spawn(
                 self.settings.argv.clone(),
                 SpawnKind::Service,
-                Pending::Service,
+                Pending::Service { overlap: false },
             );
         }
     }
@@ -676,20 +886,43 @@ impl Core {
             return;
         };
         match (what, result) {
-            (Pending::Service, Ok(pid)) => {
+            (Pending::Service { overlap }, Ok(pid)) => {
                 if self.started_once {
                     self.restarts += 1;
                 }
                 self.started_once = true;
                 tracing::info!(pid = pid.as_raw(), command = ?self.settings.argv, "service started");
-                self.pipeline.started();
-                self.phase = Phase::Running(Instance {
+                let gated = self.settings.gated();
+                let new = Instance {
                     pid,
                     since: now.mono,
+                    ready: !gated,
+                    ready_by: gated.then(|| now.mono + self.settings.ready_timeout),
                     stop: None,
-                });
+                };
+                self.service_status = None;
+                if self.settings.ready_check.is_some() {
+                    self.ready_check_at = Some((pid, now.mono));
+                    self.ready_check_delay = READY_CHECK_INITIAL;
+                }
+                match (overlap, self.phase) {
+                    (true, Phase::Running(old)) => {
+                        self.phase = Phase::Overlapping { old, new };
+                        if new.ready {
+                            self.on_ready(pid, now);
+                        }
+                    }
+                    _ => {
+                        self.pipeline.started();
+                        self.phase = Phase::Running(new);
+                    }
+                }
             }
-            (Pending::Service, Err(e)) => {
+            (Pending::Service { overlap: true }, Err(e)) => {
+                tracing::error!("{}: the old instance keeps serving", e.message);
+                self.finish_acting(false, now);
+            }
+            (Pending::Service { overlap: false }, Err(e)) => {
                 tracing::error!("{}", e.message);
                 if !std::mem::replace(&mut self.started_once, true) {
                     // Nothing ran yet: exit with the shell's status,
@@ -698,6 +931,7 @@ impl Core {
                 } else {
                     self.after_unplanned_exit(
                         ExitStatus::Code(e.exit_code),
+                        true,
                         Duration::ZERO,
                         None,
                         now,
@@ -719,6 +953,9 @@ impl Core {
                             pid = pid.as_raw(),
                             "running the reload command"
                         );
+                    }
+                    JobRole::ReadyCheck(_) => {
+                        tracing::debug!(pid = pid.as_raw(), "running ready_check");
                     }
                 }
                 self.jobs.push(Job {
@@ -747,6 +984,10 @@ impl Core {
                 for id in ids {
                     self.pipeline.action_finished(id, false, now.mono);
                 }
+            }
+            (Pending::Job(JobRole::ReadyCheck(pid), _), Err(e)) => {
+                tracing::warn!("cannot run ready_check: {}", e.message);
+                self.ready_check_failed(pid, now);
             }
         }
     }
@@ -785,7 +1026,7 @@ impl Core {
     fn pipeline_runs(&self) -> bool {
         !matches!(
             self.phase,
-            Phase::Stopping(_) | Phase::Draining { .. } | Phase::Exited
+            Phase::Stopping { .. } | Phase::Draining { .. } | Phase::Exited
         )
     }
 
@@ -802,8 +1043,47 @@ impl Core {
         for pid in overdue {
             self.signal_group(pid, Signal::SIGKILL as i32);
         }
+        let overdue: Vec<Pid> = self
+            .stopping
+            .iter_mut()
+            .filter_map(|i| match i.stop {
+                Some((at, false)) if now.mono >= at => {
+                    i.stop = Some((at, true));
+                    Some(i.pid)
+                }
+                _ => None,
+            })
+            .collect();
+        for pid in overdue {
+            tracing::warn!(
+                pid = pid.as_raw(),
+                "the service is still running {:?} after {}: sending SIGKILL",
+                self.settings.stop_timeout,
+                self.settings.stop_signal
+            );
+            self.signal_service(pid, Signal::SIGKILL as i32);
+        }
+        if let Some(r) = &self.reload
+            && now.mono >= r.deadline
+        {
+            let r = self.reload.take().expect("checked above");
+            tracing::warn!(
+                watch = self.names(&r.watches),
+                pid = r.pid.as_raw(),
+                "the service did not confirm the reload within {:?} ({}): the action failed",
+                self.settings.ready_timeout,
+                if self.settings.notify {
+                    "RELOADING=1, then READY=1"
+                } else {
+                    "ready_check"
+                }
+            );
+            for id in r.watches {
+                self.pipeline.action_finished(id, false, now.mono);
+            }
+        }
         match self.phase {
-            Phase::Restarting { old: mut inst } | Phase::Stopping(mut inst) => {
+            Phase::Running(mut inst) => {
                 if let Some((kill_at, false)) = inst.stop
                     && now.mono >= kill_at
                 {
@@ -815,11 +1095,34 @@ impl Core {
                     );
                     inst.stop = Some((kill_at, true));
                     self.signal_service(inst.pid, Signal::SIGKILL as i32);
-                    self.phase = match self.phase {
-                        Phase::Restarting { .. } => Phase::Restarting { old: inst },
-                        _ => Phase::Stopping(inst),
-                    };
+                    self.phase = Phase::Running(inst);
+                } else if !inst.ready
+                    && inst.stop.is_none()
+                    && inst.ready_by.is_some_and(|by| now.mono >= by)
+                {
+                    tracing::error!(
+                        pid = inst.pid.as_raw(),
+                        "the service did not become ready within {:?}: stopping it",
+                        self.settings.ready_timeout
+                    );
+                    self.ready_check_at = None;
+                    self.stop(&mut inst, now);
+                    self.phase = Phase::Running(inst);
                 }
+            }
+            Phase::Overlapping { old, mut new }
+                if new.ready_by.is_some_and(|by| now.mono >= by) =>
+            {
+                tracing::error!(
+                    pid = new.pid.as_raw(),
+                    "the new instance did not become ready within {:?}: it is stopped and the old one keeps serving",
+                    self.settings.ready_timeout
+                );
+                new.ready_by = None;
+                self.ready_check_at = None;
+                self.retire(new, now);
+                self.phase = Phase::Running(old);
+                self.finish_acting(false, now);
             }
             Phase::BackingOff { until } if now.mono >= until => {
                 self.phase = Phase::WaitingForConfig;
@@ -886,11 +1189,22 @@ impl Core {
         for (id, fp) in self.pipeline.checks_to_start() {
             self.start_check(id, fp, now);
         }
+        if let Some((pid, at)) = self.ready_check_at
+            && at <= now.mono
+            && !self.ready_check_running()
+            && let Some(argv) = self.settings.ready_check.clone()
+        {
+            self.spawn(
+                argv,
+                SpawnKind::Job,
+                Pending::Job(JobRole::ReadyCheck(pid), self.settings.ready_timeout),
+            );
+        }
         match self.phase {
             Phase::Starting | Phase::WaitingForConfig if self.pipeline.all_passed() => {
                 self.start_service();
             }
-            Phase::Running(_) => {
+            Phase::Running(i) if i.stop.is_none() && self.reload.is_none() => {
                 if let Some(batch) = self.pipeline.take_batch(now.mono) {
                     self.apply(batch, now);
                 }
@@ -919,27 +1233,64 @@ impl Core {
 
     fn apply(&mut self, batch: Batch, now: Now) {
         let names = self.names(&batch.watches);
+        let Phase::Running(inst) = self.phase else {
+            unreachable!("batches are applied only while the service runs");
+        };
         if batch.restart {
-            let Phase::Running(mut inst) = self.phase else {
-                unreachable!("batches are applied only while the service runs");
-            };
-            tracing::info!(watch = names, "restarting the service on the new config");
-            self.stop(&mut inst, now);
-            self.phase = Phase::Restarting { old: inst };
+            if self.settings.overlap {
+                tracing::info!(
+                    watch = names,
+                    "restarting the service on the new config: the new instance starts next to the old one"
+                );
+                self.spawn(
+                    self.settings.argv.clone(),
+                    SpawnKind::Service,
+                    Pending::Service { overlap: true },
+                );
+            } else {
+                tracing::info!(watch = names, "restarting the service on the new config");
+                self.retire(inst, now);
+                self.phase = Phase::Restarting { old: inst.pid };
+            }
             return;
         }
         let mut done: Vec<WatchId> = batch.watches.clone();
         for (_, users) in &batch.execs {
             done.retain(|i| !users.contains(i));
         }
-        if let Some(pid) = self.service_pid() {
-            for sig in &batch.signals {
-                self.signal_service(pid, *sig as i32);
+        let confirm = self.settings.gated() && !batch.signals.is_empty();
+        let signalled: Vec<WatchId> = done
+            .iter()
+            .copied()
+            .filter(|id| matches!(self.watches[id.0].action, Action::Signal(_)))
+            .collect();
+        for sig in &batch.signals {
+            self.signal_service(inst.pid, *sig as i32);
+            if confirm {
+                tracing::info!(
+                    watch = self.names(&signalled),
+                    pid = inst.pid.as_raw(),
+                    "sent {sig} to the service: waiting for it to confirm the reload"
+                );
+            } else {
                 tracing::info!(
                     watch = self.names(&done),
-                    pid = pid.as_raw(),
+                    pid = inst.pid.as_raw(),
                     "sent {sig} to the service: config applied"
                 );
+            }
+        }
+        if confirm {
+            done.retain(|id| !signalled.contains(id));
+            self.reload = Some(Reload {
+                pid: inst.pid,
+                watches: signalled,
+                deadline: now.mono + self.settings.ready_timeout,
+                seen_reloading: false,
+            });
+            if self.settings.ready_check.is_some() {
+                self.ready_check_at = Some((inst.pid, now.mono));
+                self.ready_check_delay = READY_CHECK_INITIAL;
             }
         }
         for id in done {
@@ -965,14 +1316,154 @@ impl Core {
         }
     }
 
+    // ------------------------------------------------------------ readiness
+
+    fn on_notify(&mut self, chain: &[Pid], message: Notification, now: Now) {
+        let Some(pid) = chain
+            .iter()
+            .copied()
+            .find(|p| self.current_pids().contains(p))
+        else {
+            tracing::warn!(
+                pid = chain.first().map(|p| p.as_raw()),
+                "ignored a notification from a process outside the service's process tree"
+            );
+            return;
+        };
+        if let Some(text) = message.status {
+            tracing::debug!(pid = pid.as_raw(), status = text, "service status");
+            if Some(pid) == self.service_pid() {
+                self.service_status = Some(text);
+            }
+        }
+        if message.reloading
+            && let Some(r) = &mut self.reload
+            && r.pid == pid
+        {
+            tracing::debug!(pid = pid.as_raw(), "the service is reloading (RELOADING=1)");
+            r.seen_reloading = true;
+        }
+        if message.stopping {
+            tracing::info!(
+                pid = pid.as_raw(),
+                "the service says it is stopping (STOPPING=1)"
+            );
+            if let Phase::Running(mut i) = self.phase
+                && i.pid == pid
+            {
+                i.ready = false;
+                i.ready_by = None;
+                self.phase = Phase::Running(i);
+            }
+        }
+        if message.ready {
+            self.on_ready(pid, now);
+        }
+    }
+
+    /// Instance `pid` said it is ready (READY=1, or ready_check passed).
+    fn on_ready(&mut self, pid: Pid, now: Now) {
+        if let Some(r) = &self.reload
+            && r.pid == pid
+            && (r.seen_reloading || !self.settings.notify)
+        {
+            let r = self.reload.take().expect("checked above");
+            tracing::info!(
+                watch = self.names(&r.watches),
+                pid = pid.as_raw(),
+                "the service confirmed the reload: config applied"
+            );
+            for id in r.watches {
+                self.pipeline.action_finished(id, true, now.mono);
+            }
+        }
+        match self.phase {
+            Phase::Running(mut i) if i.pid == pid && !i.ready && i.stop.is_none() => {
+                tracing::info!(pid = pid.as_raw(), "the service is ready");
+                i.ready = true;
+                i.ready_by = None;
+                self.phase = Phase::Running(i);
+            }
+            Phase::Overlapping { old, mut new } if new.pid == pid => {
+                tracing::info!(
+                    pid = pid.as_raw(),
+                    old = old.pid.as_raw(),
+                    "the new instance is ready: stopping the old one"
+                );
+                new.ready = true;
+                new.ready_by = None;
+                self.retire(old, now);
+                self.phase = Phase::Running(new);
+                self.finish_acting(true, now);
+            }
+            _ => {}
+        }
+    }
+
+    fn ready_check_failed(&mut self, pid: Pid, now: Now) {
+        let waiting = self.reload.as_ref().is_some_and(|r| r.pid == pid)
+            || match self.phase {
+                Phase::Running(i) => i.pid == pid && !i.ready && i.stop.is_none(),
+                Phase::Overlapping { new, .. } => new.pid == pid,
+                _ => false,
+            };
+        self.ready_check_at = waiting.then(|| (pid, now.mono + self.ready_check_delay));
+        self.ready_check_delay = (self.ready_check_delay * 2).min(READY_CHECK_MAX);
+    }
+
+    fn ready_check_running(&self) -> bool {
+        self.jobs
+            .iter()
+            .any(|j| matches!(j.role, JobRole::ReadyCheck(_)))
+            || self
+                .pending
+                .values()
+                .any(|p| matches!(p, Pending::Job(JobRole::ReadyCheck(_), _)))
+    }
+
+    /// A restart action ended: its watches are applied, or failed.
+    fn finish_acting(&mut self, ok: bool, now: Now) {
+        for id in self.pipeline.acting() {
+            if self
+                .reload
+                .as_ref()
+                .is_some_and(|r| r.watches.contains(&id))
+            {
+                continue;
+            }
+            self.pipeline.action_finished(id, ok, now.mono);
+        }
+    }
+
     // ------------------------------------------------------------ helpers
 
-    /// The service process, while one exists.
+    /// The process that gets forwarded signals: the generation that serves.
     fn service_pid(&self) -> Option<Pid> {
         match &self.phase {
-            Phase::Running(i) | Phase::Restarting { old: i } | Phase::Stopping(i) => Some(i.pid),
+            Phase::Running(i) | Phase::Overlapping { old: i, .. } => Some(i.pid),
+            Phase::Restarting { old } => Some(*old),
+            Phase::Stopping { main, .. } => {
+                main.filter(|p| self.stopping.iter().any(|i| i.pid == *p))
+            }
             _ => None,
         }
+    }
+
+    /// The instances that are not being stopped.
+    fn current_pids(&self) -> Vec<Pid> {
+        match &self.phase {
+            Phase::Running(i) => vec![i.pid],
+            Phase::Overlapping { old, new } => vec![old.pid, new.pid],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Stops `inst` and keeps it in `stopping` until it is gone.
+    fn retire(&mut self, mut inst: Instance, now: Now) {
+        if inst.stop.is_none() {
+            self.stop(&mut inst, now);
+        }
+        self.stopping.push(inst);
     }
 
     /// Begins a graceful stop: stop_signal, then SIGCONT in case the service
@@ -1019,6 +1510,14 @@ impl Core {
             .map(|&id| self.pipeline.name(id))
             .collect::<Vec<_>>()
             .join(", ")
+    }
+}
+
+fn instance_status(i: &Instance, state: &str) -> crate::status::InstanceStatus {
+    crate::status::InstanceStatus {
+        pid: i.pid.as_raw(),
+        state: state.to_string(),
+        ready: i.ready,
     }
 }
 

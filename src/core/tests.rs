@@ -33,8 +33,12 @@ impl Fake {
     }
 
     fn with(toml: &str, pid1: bool) -> Fake {
+        Fake::custom(toml, pid1, |_| {})
+    }
+
+    fn custom(toml: &str, pid1: bool, tweak: impl FnOnce(&mut Settings)) -> Fake {
         let config = Config::parse(toml).unwrap();
-        let settings = Settings {
+        let mut settings = Settings {
             argv: vec![SVC.into()],
             stop_signal: config.service.stop_signal,
             stop_timeout: config.service.stop_timeout,
@@ -42,7 +46,12 @@ impl Fake {
             process_group: config.service.process_group,
             pid1,
             readiness_files: true,
+            notify: false,
+            ready_check: None,
+            ready_timeout: Duration::from_secs(30),
+            overlap: false,
         };
+        tweak(&mut settings);
         Fake {
             core: Core::new(settings, &config.watches),
             t0: Instant::now(),
@@ -839,4 +848,236 @@ fn checks_and_their_results_are_dropped_once_tend_stops() {
     assert!(f.content(0, 2).is_empty(), "no new checks while stopping");
     f.exit(svc, OK);
     assert_eq!(exited(&f.no_children()), Some(0));
+}
+
+// ---------------------------------------------------------------- generations
+
+const RESTART: &str =
+    "[[watch]]\nname = \"app\"\npaths = [\"/a\"]\ncheck = [\"check\"]\non_change = \"restart\"\n";
+const SIGNAL: &str = "[[watch]]\nname = \"app\"\npaths = [\"/a\"]\non_change = \"signal\"\n";
+
+fn notify(f: &mut Fake, pid: Pid, text: &str) -> Vec<Command> {
+    f.send(Event::Notify {
+        chain: vec![Pid::from_raw(9999), pid],
+        message: Notification::parse(text.as_bytes()),
+    })
+}
+
+/// A service with notify, started on content 0 and ready.
+fn notifying(toml: &str, overlap: bool) -> Fake {
+    let mut f = Fake::custom(toml, true, |s| {
+        s.notify = true;
+        s.overlap = overlap;
+        s.ready_timeout = Duration::from_secs(5);
+    });
+    f.tick();
+    f.content(0, 0);
+    if let Some(pid) = f.running_check() {
+        f.exit(pid, OK);
+    }
+    assert_eq!(
+        f.state(),
+        (State::Starting, false),
+        "not ready before READY=1"
+    );
+    let svc = f.service();
+    notify(&mut f, svc, "READY=1\nSTATUS=serving\n");
+    assert_eq!(f.state(), (State::Ready, true));
+    f
+}
+
+#[test]
+fn notifications_are_parsed_as_sd_notify_assignments() {
+    let n = Notification::parse(b"READY=1\nSTATUS=Listening on :8080\nMAINPID=4\n");
+    assert!(n.ready && !n.reloading && !n.stopping);
+    assert_eq!(n.status.as_deref(), Some("Listening on :8080"));
+    assert_eq!(Notification::parse(b"READY=0"), Notification::default());
+    assert!(Notification::parse(b"RELOADING=1\nMONOTONIC_USEC=1").reloading);
+}
+
+#[test]
+fn with_notify_tend_is_ready_only_after_ready_1() {
+    let mut f = notifying(SIGNAL, false);
+    assert_eq!(f.core.status().service.status.as_deref(), Some("serving"));
+    let svc = f.service();
+    notify(&mut f, svc, "STOPPING=1");
+    assert!(
+        !f.state().1,
+        "a service that says it is stopping is not ready"
+    );
+}
+
+#[test]
+fn a_notification_from_outside_the_service_tree_is_ignored() {
+    let mut f = Fake::custom("", true, |s| s.notify = true);
+    f.tick();
+    f.send(Event::Notify {
+        chain: vec![Pid::from_raw(5000), Pid::from_raw(1)],
+        message: Notification::parse(b"READY=1"),
+    });
+    assert!(!f.state().1);
+}
+
+#[test]
+fn a_start_not_ready_within_ready_timeout_has_failed() {
+    let mut f = Fake::custom("[service]\nrestart = \"on-failure\"\n", true, |s| {
+        s.notify = true;
+        s.ready_timeout = Duration::from_secs(5);
+    });
+    f.tick();
+    let svc = f.service();
+    assert_eq!(f.core.deadline(), Some(f.t0 + Duration::from_secs(5)));
+    let c = f.at_deadline();
+    assert_eq!(signalled(&c, svc), vec![TERM, Signal::SIGCONT as i32]);
+    f.exit(svc, ExitStatus::Code(0));
+    assert_eq!(f.state(), (State::Restarting, false));
+    f.at_deadline();
+    assert_eq!(f.services().len(), 2, "the restart policy applies");
+}
+
+#[test]
+fn a_signal_reload_with_notify_is_applied_once_the_service_confirms_it() {
+    let mut f = notifying(SIGNAL, false);
+    let svc = f.service();
+    let c = f.content(0, 1);
+    assert_eq!(signalled(&c, svc), vec![Signal::SIGHUP as i32]);
+    assert_eq!(f.result(0), WatchResult::Pending);
+    notify(&mut f, svc, "READY=1");
+    assert_eq!(
+        f.result(0),
+        WatchResult::Pending,
+        "READY=1 alone is not a reload"
+    );
+    notify(&mut f, svc, "RELOADING=1");
+    notify(&mut f, svc, "READY=1");
+    assert_eq!(f.result(0), WatchResult::Applied);
+    assert_eq!(f.state(), (State::Ready, true));
+    // Unconfirmed: the action failed after ready_timeout, and is retried.
+    f.content(0, 2);
+    f.at_deadline();
+    assert_eq!(f.result(0), WatchResult::ActionFailed);
+    let c = f.at_deadline();
+    assert_eq!(signalled(&c, svc), vec![Signal::SIGHUP as i32], "retried");
+}
+
+#[test]
+fn with_ready_check_the_service_is_ready_once_it_passes() {
+    let mut f = Fake::custom("", true, |s| {
+        s.ready_check = Some(vec!["probe".into()]);
+        s.ready_timeout = Duration::from_secs(10);
+    });
+    f.tick();
+    let first = f.job("probe");
+    f.exit(first, FAIL);
+    assert!(!f.state().1);
+    assert_eq!(f.jobs("probe"), 1, "the next try waits a moment");
+    f.after(0.1);
+    f.exit(f.job("probe"), FAIL);
+    f.after(0.2);
+    assert_eq!(f.jobs("probe"), 3);
+    f.exit(f.job("probe"), OK);
+    assert_eq!(f.state(), (State::Ready, true));
+    assert_eq!(f.core.deadline(), None);
+}
+
+#[test]
+fn an_overlap_restart_stops_the_old_instance_only_once_the_new_one_is_ready() {
+    let mut f = notifying(RESTART, true);
+    let old = f.service();
+    f.content(0, 1);
+    let c = f.exit(f.job("check"), OK);
+    assert_eq!(spawns(&c), vec![SpawnKind::Service]);
+    assert!(signalled(&c, old).is_empty(), "the old one keeps serving");
+    let new = f.service();
+    let st = f.core.status();
+    assert_eq!((st.state, st.ready), (State::Restarting, true));
+    assert_eq!(st.service.pid, Some(old.as_raw()));
+    assert_eq!(st.service.instances.len(), 2);
+    assert_eq!(
+        f.signal(Signal::SIGUSR1 as i32),
+        vec![Command::Forward {
+            pid: old,
+            group: false,
+            signo: Signal::SIGUSR1 as i32,
+            from: 7
+        }],
+        "signals go to the generation that serves"
+    );
+    let c = notify(&mut f, new, "READY=1");
+    assert_eq!(signalled(&c, old), vec![TERM, Signal::SIGCONT as i32]);
+    let st = f.core.status();
+    assert_eq!((st.state, st.ready), (State::Ready, true));
+    assert_eq!(st.service.pid, Some(new.as_raw()));
+    assert_eq!(st.watches[0].result, WatchResult::Applied);
+    assert!(
+        f.exit(old, OK).is_empty(),
+        "the old one is gone; nothing else happens"
+    );
+    assert_eq!(f.core.status().service.instances.len(), 1);
+}
+
+#[test]
+fn a_new_instance_that_crashes_before_ready_leaves_the_old_one_serving() {
+    let mut f = notifying(RESTART, true);
+    let old = f.service();
+    f.content(0, 1);
+    f.exit(f.job("check"), OK);
+    let new = f.service();
+    let c = f.exit(new, FAIL);
+    assert!(signalled(&c, old).is_empty());
+    let st = f.core.status();
+    assert!(!st.ready, "the config was not applied");
+    assert_eq!(st.service.pid, Some(old.as_raw()));
+    assert_eq!(st.watches[0].result, WatchResult::ActionFailed);
+    f.at_deadline();
+    assert_eq!(f.services().len(), 3, "the restart is retried");
+}
+
+#[test]
+fn a_new_instance_not_ready_in_time_is_stopped_and_the_old_one_keeps_serving() {
+    let mut f = notifying(RESTART, true);
+    let old = f.service();
+    f.content(0, 1);
+    f.exit(f.job("check"), OK);
+    let new = f.service();
+    let c = f.at_deadline();
+    assert_eq!(signalled(&c, new), vec![TERM, Signal::SIGCONT as i32]);
+    assert!(signalled(&c, old).is_empty());
+    assert_eq!(f.result(0), WatchResult::ActionFailed);
+    f.exit(new, ExitStatus::Signal(TERM));
+    assert_eq!(f.core.status().service.pid, Some(old.as_raw()));
+}
+
+#[test]
+fn sigterm_during_an_overlap_stops_both_and_exits_with_the_serving_ones_status() {
+    let mut f = notifying(RESTART, true);
+    let old = f.service();
+    f.content(0, 1);
+    f.exit(f.job("check"), OK);
+    let new = f.service();
+    let c = f.signal(TERM);
+    assert_eq!(signalled(&c, old), vec![TERM, Signal::SIGCONT as i32]);
+    assert_eq!(signalled(&c, new), vec![TERM, Signal::SIGCONT as i32]);
+    assert!(
+        f.exit(old, ExitStatus::Code(3)).is_empty(),
+        "waits for the new one too"
+    );
+    assert_eq!(f.exit(new, OK), vec![Command::Reap]);
+    assert_eq!(exited(&f.no_children()), Some(3));
+}
+
+#[test]
+fn a_stop_start_restart_without_notify_still_works_with_generations() {
+    let mut f = Fake::custom(RESTART, true, |s| s.overlap = true);
+    f.tick();
+    f.content(0, 0);
+    f.exit(f.job("check"), OK);
+    let old = f.service();
+    f.content(0, 1);
+    let c = f.exit(f.job("check"), OK);
+    // Without a readiness signal the new instance is ready at once.
+    let new = f.service();
+    assert_ne!(old, new);
+    assert_eq!(signalled(&c, old), vec![TERM, Signal::SIGCONT as i32]);
+    assert_eq!(f.state(), (State::Ready, true));
 }
