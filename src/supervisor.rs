@@ -26,7 +26,7 @@ use crate::process::job::{Job, Outcome as JobOutcome};
 use crate::process::service::{AfterExit, Service};
 use crate::process::{ExitStatus, reaper};
 use crate::reload::{Batch, Pipeline};
-use crate::signals;
+use crate::signals::{self, Role};
 use crate::status::{Readiness, ServiceStatus, Status, WatchStatus, rfc3339};
 use crate::watch::{Scan, Watcher};
 
@@ -229,14 +229,19 @@ impl Supervisor {
                 }
             };
             let signo = info.ssi_signo as i32;
-            match Signal::try_from(signo) {
-                Ok(Signal::SIGCHLD) => child_exited = true,
-                Ok(Signal::SIGTERM) => self.on_sigterm(info.ssi_pid, now),
+            match signals::role(signo, info.ssi_code) {
+                Role::Child => child_exited = true,
+                Role::Stop => self.on_sigterm(info.ssi_pid, now),
                 // Nothing to interrupt: Ctrl-C (docker run -it) stops tend.
-                Ok(Signal::SIGINT) if self.service.pid().is_none() => {
+                Role::Interrupt if self.service.pid().is_none() => {
                     self.on_interrupt(info.ssi_pid, now)
                 }
-                _ => self.forward(signo, info.ssi_pid),
+                Role::Interrupt | Role::Forward => self.forward(signo, info.ssi_pid),
+                Role::Ignore => tracing::warn!(
+                    code = info.ssi_code,
+                    "{} raised by the kernel for tend itself: not forwarded",
+                    signals::describe(signo)
+                ),
             }
         }
         if child_exited {
@@ -274,12 +279,11 @@ impl Supervisor {
     }
 
     fn forward(&mut self, signo: i32, from: u32) {
+        // Send first: the log line can wait, the service should not.
+        let sent = self.service.signal_number(signo);
         let name = signals::describe(signo);
-        let Ok(sig) = Signal::try_from(signo) else {
-            return;
-        };
         match self.service.pid() {
-            Some(pid) if self.service.signal(sig) => {
+            Some(pid) if sent => {
                 tracing::info!(pid = pid.as_raw(), from, "forwarded {name} to the service");
             }
             _ => tracing::info!(from, "{name} received while no service runs: dropped"),

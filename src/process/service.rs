@@ -9,12 +9,13 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill};
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use super::ExitStatus;
 use super::spawn::{self, Output, SpawnError, Spec};
 use crate::config::{self, Restart};
+use crate::signals;
 
 /// The first delay before a restart after the service exited on its own.
 const BACKOFF_INITIAL: Duration = Duration::from_secs(1);
@@ -136,15 +137,32 @@ impl Service {
         true
     }
 
-    fn send(&self, pid: Pid, sig: Signal) {
-        let target = if self.process_group {
-            Pid::from_raw(-pid.as_raw())
-        } else {
-            pid
+    /// Sends signal number `signo` to the service, as [`Service::signal`]
+    /// does; realtime signals too, which nix's `Signal` cannot name.
+    pub fn signal_number(&self, signo: i32) -> bool {
+        let Some(pid) = self.pid() else {
+            return false;
         };
-        if let Err(e) = kill(target, sig) {
+        self.send_number(pid, signo);
+        true
+    }
+
+    fn send(&self, pid: Pid, sig: Signal) {
+        self.send_number(pid, sig as i32);
+    }
+
+    fn send_number(&self, pid: Pid, signo: i32) {
+        let target = if self.process_group {
+            -pid.as_raw()
+        } else {
+            pid.as_raw()
+        };
+        // SAFETY: kill(2) takes two integers and touches no memory.
+        if unsafe { libc::kill(target, signo) } != 0 {
+            let e = nix::errno::Errno::last();
             // ESRCH: it exited and is not reaped yet; its SIGCHLD is on the way.
             if e != nix::errno::Errno::ESRCH {
+                let sig = signals::describe(signo);
                 tracing::warn!(pid = pid.as_raw(), "kill({target}, {sig}) failed: {e}");
             }
         }

@@ -162,6 +162,7 @@ impl Sandbox {
             stdin: None,
             pre_exec: None,
             wrapper: None,
+            ignored: Vec::new(),
         }
     }
 }
@@ -179,7 +180,16 @@ pub struct TendBuilder<'a> {
     stdin: Option<Stdio>,
     pre_exec: Option<Box<dyn FnMut() -> std::io::Result<()> + Send + Sync>>,
     wrapper: Option<Vec<String>>,
+    ignored: Vec<i32>,
 }
+
+/// Sets the signals in argv[1] (comma-separated numbers) to SIG_IGN and execs
+/// argv[2..] in place, which keeps them ignored. Python's own SIGPIPE and
+/// SIGXFSZ are put back to the default first.
+const IGNORE_AND_EXEC: &str = "import os, signal, sys\n\
+    for s in (signal.SIGPIPE, signal.SIGXFSZ): signal.signal(s, signal.SIG_DFL)\n\
+    for s in sys.argv[1].split(','): signal.signal(int(s), signal.SIG_IGN)\n\
+    os.execv(sys.argv[2], sys.argv[2:])\n";
 
 impl TendBuilder<'_> {
     pub fn args<S: AsRef<str>>(mut self, args: &[S]) -> Self {
@@ -232,21 +242,37 @@ impl TendBuilder<'_> {
         self
     }
 
+    /// Starts tend with these signals ignored (SIG_IGN), as a careless parent
+    /// might: a launcher ignores them and execs tend in place, after
+    /// `unshare`, which itself resets SIGCHLD for its own sake.
+    pub fn ignoring(mut self, signals: &[i32]) -> Self {
+        self.ignored.extend(signals);
+        self
+    }
+
     pub fn start(self) -> Tend {
         let out = self.sandbox.path("tend.stdout");
         let err = self.sandbox.path("tend.stderr");
+        let mut tend = vec![TEND.to_string()];
+        if !self.ignored.is_empty() {
+            let list: Vec<String> = self.ignored.iter().map(|s| s.to_string()).collect();
+            tend.splice(
+                0..0,
+                ["python3", "-c", IGNORE_AND_EXEC, &list.join(",")].map(String::from),
+            );
+        }
         let mut cmd = if let Some(argv) = &self.wrapper {
             let mut c = Command::new(&argv[0]);
             c.args(&argv[1..]);
             c
         } else if self.pid1 {
             let mut c = Command::new("unshare");
-            c.args(["--pid", "--fork", "--kill-child", "--mount-proc", TEND]);
-            c.args(&self.args);
+            c.args(["--pid", "--fork", "--kill-child", "--mount-proc"]);
+            c.args(&tend).args(&self.args);
             c
         } else {
-            let mut c = Command::new(TEND);
-            c.args(&self.args);
+            let mut c = Command::new(&tend[0]);
+            c.args(&tend[1..]).args(&self.args);
             c
         };
         cmd.current_dir(self.sandbox.path(""))
@@ -329,6 +355,19 @@ impl Tend {
     pub fn signal(&mut self, sig: nix::sys::signal::Signal) {
         let pid = self.pid();
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).unwrap();
+    }
+
+    /// Sends signal number `signo` with kill(2): realtime signals too.
+    pub fn signal_number(&mut self, signo: i32) {
+        let pid = self.pid();
+        // SAFETY: kill(2) takes two integers.
+        let ret = unsafe { libc::kill(pid, signo) };
+        assert_eq!(
+            ret,
+            0,
+            "kill({pid}, {signo}): {}",
+            std::io::Error::last_os_error()
+        );
     }
 
     /// Waits for tend to exit and returns its exit code (128+N for a signal).
