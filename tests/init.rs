@@ -343,3 +343,78 @@ fn the_service_gets_the_terminal_and_ctrl_c_reaches_it_once() {
         master.as_raw_fd()
     );
 }
+
+/// A call in the child that fails, made to fail by a seccomp filter as a
+/// container runtime's profile could, is named in the error, and exits 1:
+/// std alone would report only EPERM, which reads as "not executable" (126).
+#[cfg(target_arch = "x86_64")]
+fn a_failed_call_in_the_child_is_named(deny: DenySyscall, pid1: bool, expected: &str) {
+    let sb = Sandbox::new();
+    let tend = sb.tend().pre_exec(move || deny.install());
+    let tend = if pid1 { tend } else { tend.not_pid1() };
+    let (code, _, err) = tend.command(&["true"]).run(secs(10.0));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains(expected), "{err}");
+    assert!(!err.contains("not executable"), "{err}");
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn a_failed_reset_of_a_signal_in_the_child_fails_the_start() {
+    // Signal 33 is glibc's own: tend never touches it for itself, and resets
+    // it in the child only.
+    a_failed_call_in_the_child_is_named(
+        DenySyscall::new(libc::SYS_rt_sigaction, 0, 33, libc::EPERM),
+        true,
+        "cannot start \"true\": rt_sigaction(signal 33, SIG_DFL) in the child failed: EPERM",
+    );
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn a_failed_unblocking_of_signals_in_the_child_fails_the_start() {
+    // Not as PID 1: unshare's own child sets its mask with SIG_SETMASK too.
+    a_failed_call_in_the_child_is_named(
+        DenySyscall::new(
+            libc::SYS_rt_sigprocmask,
+            0,
+            libc::SIG_SETMASK as u32,
+            libc::EPERM,
+        ),
+        false,
+        "cannot start \"true\": sigprocmask(SIG_SETMASK, empty) in the child failed: EPERM",
+    );
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn a_failed_handover_of_the_terminal_fails_the_start() {
+    use std::os::fd::IntoRawFd;
+
+    let sb = Sandbox::new();
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let slave = pty.slave.into_raw_fd();
+    let deny = DenySyscall::new(libc::SYS_ioctl, 1, libc::TIOCSPGRP as u32, libc::EPERM);
+    let (code, _, err) = sb
+        .tend()
+        .pre_exec(move || {
+            // tend owns a terminal, as under `docker run -it`; then nothing
+            // may set a terminal's foreground group. SAFETY: async-signal-safe.
+            unsafe {
+                libc::setsid();
+                libc::dup2(slave, 0);
+                if libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            deny.install()
+        })
+        .command(&["true"])
+        .run(secs(10.0));
+    drop(pty.master);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("cannot start \"true\": tcsetpgrp() in the child failed: EPERM"),
+        "{err}"
+    );
+}

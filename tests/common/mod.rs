@@ -448,3 +448,60 @@ impl Drop for Tend {
         }
     }
 }
+
+/// A seccomp filter that makes one system call fail with `errno` whenever its
+/// argument number `arg` equals `value` (its low 32 bits), and allows
+/// everything else: what a container runtime's seccomp profile can do. It is
+/// inherited by tend and everything tend starts.
+#[cfg(target_arch = "x86_64")]
+pub struct DenySyscall {
+    program: Vec<libc::sock_filter>,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl DenySyscall {
+    pub fn new(syscall: libc::c_long, arg: u32, value: u32, errno: i32) -> DenySyscall {
+        const LD_ABS_W: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+        const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+        const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+        const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+        const RET_ERRNO: u32 = 0x0005_0000;
+        const RET_ALLOW: u32 = 0x7fff_0000;
+        let op = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+        // struct seccomp_data: nr at 0, arch at 4, args[i] at 16 + 8 i (low half first).
+        DenySyscall {
+            program: vec![
+                op(LD_ABS_W, 0, 0, 4),
+                op(JEQ_K, 0, 5, AUDIT_ARCH_X86_64),
+                op(LD_ABS_W, 0, 0, 0),
+                op(JEQ_K, 0, 3, syscall as u32),
+                op(LD_ABS_W, 0, 0, 16 + 8 * arg),
+                op(JEQ_K, 0, 1, value),
+                op(RET_K, 0, 0, RET_ERRNO | errno as u32),
+                op(RET_K, 0, 0, RET_ALLOW),
+            ],
+        }
+    }
+
+    /// Installs the filter on the calling process. Async-signal-safe, for a
+    /// pre_exec hook.
+    pub fn install(&self) -> std::io::Result<()> {
+        let prog = libc::sock_fprog {
+            len: self.program.len() as u16,
+            filter: self.program.as_ptr() as *mut libc::sock_filter,
+        };
+        // SAFETY: prctl reads `prog`, which points into `self.program`.
+        unsafe {
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(
+                    libc::PR_SET_SECCOMP,
+                    libc::SECCOMP_MODE_FILTER,
+                    &prog as *const libc::sock_fprog,
+                ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+}
