@@ -19,7 +19,7 @@ enum Failure {
 fn main() -> ExitCode {
     // First, before any thread or child exists: see signals.rs.
     if let Err(e) = signals::take_over() {
-        eprintln!("tend: cannot block signals with sigprocmask(): {e}");
+        eprintln!("tend: {e}");
         return ExitCode::from(1);
     }
     let cli = match Cli::parse(std::env::args_os().skip(1)) {

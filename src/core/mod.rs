@@ -377,7 +377,7 @@ impl Core {
             Role::Ignore => tracing::warn!(
                 from,
                 code,
-                "{} raised by the kernel for another process: not forwarded",
+                "{} is not for the service (raised by the kernel, or the C library's own): not forwarded",
                 signals::describe(signo)
             ),
         }
