@@ -9,6 +9,7 @@ mod reload;
 mod signals;
 mod status;
 mod supervisor;
+mod time;
 mod watch;
 
 use std::path::{Path, PathBuf};

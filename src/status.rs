@@ -95,7 +95,7 @@ impl Readiness {
             }
         }
         if let Some(f) = &self.status_file {
-            status.updated_at = rfc3339(SystemTime::now());
+            status.updated_at = crate::time::rfc3339_millis(SystemTime::now());
             let mut json = serde_json::to_vec_pretty(&status).expect("status serializes");
             json.push(b'\n');
             result = result.and(write_atomically(f, &json));
@@ -139,58 +139,9 @@ pub fn write_atomically(path: &Path, data: &[u8]) -> io::Result<()> {
     result.map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
 }
 
-/// `2026-11-21T10:00:00.123Z`, for the status file.
-pub fn rfc3339(t: SystemTime) -> String {
-    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    format!("{}.{:03}Z", rfc3339_seconds(d.as_secs()), d.subsec_millis())
-}
-
-/// `2026-11-21T10:00:00.123456Z`, for logs.
-pub fn rfc3339_micros(t: SystemTime) -> String {
-    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    format!("{}.{:06}Z", rfc3339_seconds(d.as_secs()), d.subsec_micros())
-}
-
-fn rfc3339_seconds(secs: u64) -> String {
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, day) = civil_from_days(days as i64);
-    format!(
-        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-/// Days since 1970-01-01 to (year, month, day), after Howard Hinnant's
-/// `civil_from_days`.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn timestamps_are_rfc3339_utc() {
-        assert_eq!(rfc3339(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
-        let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_795_255_200_123);
-        assert_eq!(rfc3339(t), "2026-11-21T10:00:00.123Z");
-        let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400);
-        assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");
-        assert_eq!(rfc3339_micros(t), "2026-11-21T10:00:00.123000Z");
-    }
 
     fn status(ready: bool) -> Status {
         Status {

@@ -27,7 +27,8 @@ use crate::process::service::{AfterExit, Service};
 use crate::process::{ExitStatus, reaper};
 use crate::reload::{Batch, Pipeline};
 use crate::signals;
-use crate::status::{Readiness, ServiceStatus, Status, WatchStatus, rfc3339};
+use crate::status::{Readiness, ServiceStatus, Status, WatchStatus};
+use crate::time::rfc3339_millis;
 use crate::watch::{Scan, Watcher};
 
 /// How long processes left in the container get to die after SIGKILL before
@@ -691,7 +692,7 @@ impl Supervisor {
                     name: r.name.to_string(),
                     result: r.outcome.as_str().to_string(),
                     check_output: r.check_output.to_string(),
-                    changed_at: r.changed_at.map(rfc3339),
+                    changed_at: r.changed_at.map(rfc3339_millis),
                 })
                 .collect(),
             updated_at: String::new(),
