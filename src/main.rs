@@ -9,6 +9,7 @@ mod reload;
 mod signals;
 mod status;
 mod supervisor;
+mod text;
 mod time;
 mod watch;
 

@@ -4,7 +4,8 @@
 use std::path::Path;
 
 use crate::config;
-use crate::status::Status;
+use crate::status::{Status, WatchResult};
+use crate::text;
 
 /// Prints one line saying whether tend is ready and why not; returns the exit
 /// code (0 ready, 1 not). Err when the config gives nothing to probe.
@@ -57,13 +58,18 @@ fn from_status(path: &Path) -> (bool, String) {
         }
     };
     if status.ready {
-        return (true, format!("ready (state {})", status.state));
+        return (true, format!("ready (state {})", status.state.as_str()));
     }
-    let mut line = format!("not ready: state {}", status.state);
-    if let Some(w) = status.watches.iter().find(|w| w.result != "applied") {
-        line.push_str(&format!("; watch {:?}: {}", w.name, w.result));
-        if let Some(last) = w.check_output.lines().rev().find(|l| !l.trim().is_empty()) {
-            line.push_str(&format!(": {}", last.trim()));
+    let mut line = format!("not ready: state {}", status.state.as_str());
+    if let Some(w) = status
+        .watches
+        .iter()
+        .find(|w| w.result != WatchResult::Applied)
+    {
+        line.push_str(&format!("; watch {:?}: {}", w.name, w.result.as_str()));
+        let why = text::summary(&w.check_output);
+        if !why.is_empty() {
+            line.push_str(&format!(": {why}"));
         }
     }
     (false, line)

@@ -13,12 +13,74 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 
 use crate::config;
+use crate::reload::Outcome;
+
+/// tend as a whole, as the status file and `tend probe` name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// Checking the config before the first start.
+    Starting,
+    Ready,
+    /// A change is being checked or applied, or a failed action retried.
+    Reloading,
+    InvalidConfig,
+    /// A restart action, or the service waits out its restart back-off.
+    Restarting,
+    Stopping,
+}
+
+impl State {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Starting => "starting",
+            State::Ready => "ready",
+            State::Reloading => "reloading",
+            State::InvalidConfig => "invalid_config",
+            State::Restarting => "restarting",
+            State::Stopping => "stopping",
+        }
+    }
+}
+
+/// Where a watch's newest config stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WatchResult {
+    /// A change is on its way through the pipeline.
+    Pending,
+    Applied,
+    Invalid,
+    ActionFailed,
+}
+
+impl WatchResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WatchResult::Pending => "pending",
+            WatchResult::Applied => "applied",
+            WatchResult::Invalid => "invalid",
+            WatchResult::ActionFailed => "action_failed",
+        }
+    }
+}
+
+impl From<Outcome> for WatchResult {
+    fn from(o: Outcome) -> WatchResult {
+        match o {
+            Outcome::Pending => WatchResult::Pending,
+            Outcome::Applied => WatchResult::Applied,
+            Outcome::Invalid => WatchResult::Invalid,
+            Outcome::ActionFailed => WatchResult::ActionFailed,
+        }
+    }
+}
 
 /// What the status file says. `updated_at` is left out of the comparison
 /// that decides whether anything changed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Status {
-    pub state: String,
+    pub state: State,
     pub ready: bool,
     pub service: ServiceStatus,
     pub watches: Vec<WatchStatus>,
@@ -35,7 +97,7 @@ pub struct ServiceStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WatchStatus {
     pub name: String,
-    pub result: String,
+    pub result: WatchResult,
     pub check_output: String,
     pub changed_at: Option<String>,
 }
@@ -145,13 +207,18 @@ mod tests {
 
     fn status(ready: bool) -> Status {
         Status {
-            state: if ready { "ready" } else { "starting" }.into(),
+            state: if ready { State::Ready } else { State::Starting },
             ready,
             service: ServiceStatus {
                 pid: Some(42),
                 restarts: 0,
             },
-            watches: vec![],
+            watches: vec![WatchStatus {
+                name: "nginx".into(),
+                result: WatchResult::ActionFailed,
+                check_output: "ok\n".into(),
+                changed_at: None,
+            }],
             updated_at: String::new(),
         }
     }
@@ -177,7 +244,7 @@ mod tests {
         let written: Status =
             serde_json::from_slice(&fs::read(d.path().join("run/status.json")).unwrap()).unwrap();
         assert!(written.ready);
-        assert_eq!(written.state, "ready");
+        assert_eq!(written.state, State::Ready);
         assert!(written.updated_at.ends_with('Z'));
         r.publish(status(false));
         assert!(!d.path().join("run/ready").exists());
@@ -191,5 +258,34 @@ mod tests {
             vec![std::ffi::OsString::from("status.json")],
             "no temp files left"
         );
+    }
+
+    #[test]
+    fn the_json_keeps_its_documented_shape() {
+        let json = serde_json::to_value(status(true)).unwrap();
+        assert_eq!(json["state"], "ready");
+        assert_eq!(json["watches"][0]["result"], "action_failed");
+        assert_eq!(json["service"]["pid"], 42);
+        let mut s = status(false);
+        s.state = State::InvalidConfig;
+        assert_eq!(serde_json::to_value(&s).unwrap()["state"], "invalid_config");
+        for state in [
+            State::Starting,
+            State::Ready,
+            State::Reloading,
+            State::InvalidConfig,
+            State::Restarting,
+            State::Stopping,
+        ] {
+            assert_eq!(serde_json::to_value(state).unwrap(), state.as_str());
+        }
+        for result in [
+            WatchResult::Pending,
+            WatchResult::Applied,
+            WatchResult::Invalid,
+            WatchResult::ActionFailed,
+        ] {
+            assert_eq!(serde_json::to_value(result).unwrap(), result.as_str());
+        }
     }
 }

@@ -27,7 +27,8 @@ use crate::process::service::{AfterExit, Service};
 use crate::process::{ExitStatus, reaper};
 use crate::reload::{Batch, Pipeline};
 use crate::signals;
-use crate::status::{Readiness, ServiceStatus, Status, WatchStatus};
+use crate::status::{Readiness, ServiceStatus, State, Status, WatchStatus};
+use crate::text;
 use crate::time::rfc3339_millis;
 use crate::watch::{Scan, Watcher};
 
@@ -357,7 +358,7 @@ impl Supervisor {
                         "reload command failed ({}); retrying in {:?}{}",
                         outcome.describe(),
                         retry.unwrap_or_default(),
-                        output_for_log(&outcome.output)
+                        text::for_log(&outcome.output)
                     );
                 }
             }
@@ -392,7 +393,7 @@ impl Supervisor {
                 took = ?outcome.took,
                 "check failed ({}): {consequence}{}",
                 outcome.describe(),
-                output_for_log(&outcome.output)
+                text::for_log(&outcome.output)
             );
         }
     }
@@ -670,16 +671,16 @@ impl Supervisor {
         let service_up = self.service.is_running();
         let ready = self.phase == Phase::Running && service_up && self.pipeline.all_good();
         let state = match self.phase {
-            Phase::Stopping | Phase::Draining { .. } | Phase::Exited(_) => "stopping",
-            Phase::Restarting { .. } => "restarting",
-            Phase::Running if !service_up => "restarting",
-            _ if self.pipeline.any_invalid() => "invalid_config",
-            Phase::Starting => "starting",
-            _ if ready && !self.pipeline.busy() => "ready",
-            _ => "reloading",
+            Phase::Stopping | Phase::Draining { .. } | Phase::Exited(_) => State::Stopping,
+            Phase::Restarting { .. } => State::Restarting,
+            Phase::Running if !service_up => State::Restarting,
+            _ if self.pipeline.any_invalid() => State::InvalidConfig,
+            Phase::Starting => State::Starting,
+            _ if ready && !self.pipeline.busy() => State::Ready,
+            _ => State::Reloading,
         };
         let status = Status {
-            state: state.to_string(),
+            state,
             ready,
             service: ServiceStatus {
                 pid: self.service.pid().map(Pid::as_raw),
@@ -690,8 +691,8 @@ impl Supervisor {
                 .reports()
                 .map(|r| WatchStatus {
                     name: r.name.to_string(),
-                    result: r.outcome.as_str().to_string(),
-                    check_output: r.check_output.to_string(),
+                    result: r.outcome.into(),
+                    check_output: text::escape_keeping_lines(r.check_output),
                     changed_at: r.changed_at.map(rfc3339_millis),
                 })
                 .collect(),
@@ -703,10 +704,17 @@ impl Supervisor {
                 tracing::info!("ready");
             } else {
                 match self.pipeline.first_problem() {
-                    Some((watch, outcome)) if !matches!(state, "stopping" | "restarting") => {
-                        tracing::info!(state, watch, result = outcome.as_str(), "not ready")
+                    Some((watch, outcome))
+                        if !matches!(state, State::Stopping | State::Restarting) =>
+                    {
+                        tracing::info!(
+                            state = state.as_str(),
+                            watch,
+                            result = outcome.as_str(),
+                            "not ready"
+                        )
                     }
-                    _ => tracing::info!(state, "not ready"),
+                    _ => tracing::info!(state = state.as_str(), "not ready"),
                 }
             }
         }
@@ -719,17 +727,6 @@ struct Woke {
     signals: bool,
     inotify: bool,
     jobs: Vec<usize>,
-}
-
-/// The last lines of a command's output, for a log line.
-fn output_for_log(output: &str) -> String {
-    let trimmed = output.trim();
-    if trimmed.is_empty() {
-        return String::new();
-    }
-    let lines: Vec<&str> = trimmed.lines().collect();
-    let tail = lines[lines.len().saturating_sub(5)..].join(" | ");
-    format!("; output: {tail}")
 }
 
 /// `kill(-1, sig)`: every process in the PID namespace but tend. Only ever
