@@ -139,7 +139,7 @@ impl Supervisor {
         let mut now = Instant::now();
         loop {
             self.advance(now);
-            self.publish();
+            self.publish(now);
             if let Phase::Exited(code) = self.phase {
                 self.readiness.withdraw();
                 return Ok(code);
@@ -179,6 +179,7 @@ impl Supervisor {
             self.watcher.deadline().filter(|_| watching),
             self.pipeline.deadline().filter(|_| acting),
             self.jobs.iter().filter_map(|j| j.job.deadline()).min(),
+            self.readiness.deadline(),
         ]
         .into_iter()
         .flatten()
@@ -433,6 +434,7 @@ impl Supervisor {
     // ------------------------------------------------------------ deadlines
 
     fn on_deadlines(&mut self, now: Instant) {
+        self.readiness.retry(now);
         if self.service.on_deadline(now) && self.phase == Phase::Running {
             self.start_service(now);
         }
@@ -667,7 +669,7 @@ impl Supervisor {
 
     // ------------------------------------------------------------ readiness
 
-    fn publish(&mut self) {
+    fn publish(&mut self, now: Instant) {
         let service_up = self.service.is_running();
         let ready = self.phase == Phase::Running && service_up && self.pipeline.all_good();
         let state = match self.phase {
@@ -718,7 +720,7 @@ impl Supervisor {
                 }
             }
         }
-        self.readiness.publish(status);
+        self.readiness.publish(status, now);
     }
 }
 
