@@ -18,6 +18,10 @@ use toml::Spanned;
 
 use crate::signals::SignalName;
 
+mod duration;
+
+pub use duration::{format_duration, parse_duration};
+
 /// Where tend looks for its config when neither `--config` nor `$TEND_CONFIG`
 /// names one.
 pub const DEFAULT_PATH: &str = "/etc/tend/supervisor.toml";
@@ -444,58 +448,6 @@ impl StringOnly {
     }
 }
 
-/// Parses `"500ms"`, `"10s"`, `"2m"`, `"1h"`, `"1.5s"`, or several of them
-/// run together (`"1m30s"`).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let bad = || {
-        format!(
-            "invalid duration {s:?}: write a number and a unit, like \"500ms\", \"10s\" or \"2m\""
-        )
-    };
-    let mut rest = s.trim();
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    let mut total = Duration::ZERO;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let (num, tail) = rest.split_at(num_len);
-        let unit_len = tail
-            .find(|c: char| !c.is_ascii_alphabetic())
-            .unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(unit_len);
-        let value: f64 = num.parse().map_err(|_| bad())?;
-        let seconds = match unit {
-            "ms" => value / 1000.0,
-            "s" => value,
-            "m" => value * 60.0,
-            "h" => value * 3600.0,
-            _ => return Err(bad()),
-        };
-        total += Duration::try_from_secs_f64(seconds).map_err(|_| bad())?;
-        rest = tail;
-    }
-    Ok(total)
-}
-
-/// The shortest exact form of a duration, in the syntax `parse_duration` reads.
-pub fn format_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    if d.subsec_nanos() % 1_000_000 != 0 {
-        format!("{}s", d.as_secs_f64())
-    } else if ms % 3_600_000 == 0 && ms > 0 {
-        format!("{}h", ms / 3_600_000)
-    } else if ms % 60_000 == 0 && ms > 0 {
-        format!("{}m", ms / 60_000)
-    } else if ms % 1000 == 0 {
-        format!("{}s", ms / 1000)
-    } else {
-        format!("{ms}ms")
-    }
-}
-
 // ------------------------------------------------------------ error text
 
 /// The TOML error as the parser states it (it names line and column and
@@ -716,33 +668,5 @@ debounce = "2m"
         let c = Config::parse("[[watch]]\npaths = [\"/x\"]\non_change = \"signal\"\n").unwrap();
         assert_eq!(c.watches[0].action, Action::Signal(Signal::SIGHUP));
         assert_eq!(c.watches[0].check_timeout, Duration::from_secs(10));
-    }
-
-    #[test]
-    fn durations_parse() {
-        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
-        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
-        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
-        assert_eq!(parse_duration("0s").unwrap(), Duration::ZERO);
-        for bad in ["", "10", "s", "10 s", "ten s", "5d", "-1s", "1..2s"] {
-            assert!(parse_duration(bad).is_err(), "{bad:?} should be rejected");
-        }
-    }
-
-    #[test]
-    fn durations_format_in_their_shortest_exact_form() {
-        for (d, s) in [
-            (Duration::from_millis(100), "100ms"),
-            (Duration::from_secs(10), "10s"),
-            (Duration::from_secs(120), "2m"),
-            (Duration::from_secs(7200), "2h"),
-            (Duration::ZERO, "0s"),
-        ] {
-            assert_eq!(format_duration(d), s);
-            assert_eq!(parse_duration(s).unwrap(), d);
-        }
     }
 }
