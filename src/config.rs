@@ -91,6 +91,9 @@ pub struct Watch {
     pub paths: Vec<PathBuf>,
     pub check: Option<Vec<String>>,
     pub check_timeout: Duration,
+    /// The first wait before a failed check is run again; it doubles up to
+    /// a minute.
+    pub recheck: Duration,
     pub action: Action,
     pub debounce: Duration,
 }
@@ -154,7 +157,7 @@ impl Config {
             watches.push(watch);
         }
         Ok(Config {
-            service: raw.service.into_service(),
+            service: raw.service.into_service(text)?,
             readiness: raw.readiness,
             watches,
         })
@@ -216,6 +219,7 @@ impl Config {
                 quote(&format_duration(w.check_timeout))
             )
             .unwrap();
+            writeln!(out, "recheck = {}", quote(&format_duration(w.recheck))).unwrap();
             match &w.action {
                 Action::Signal(sig) => {
                     out.push_str("on_change = \"signal\"\n");
@@ -255,23 +259,29 @@ struct RawService {
     #[serde(default)]
     env: BTreeMap<String, EnvValue>,
     stop_signal: Option<SignalName>,
-    stop_timeout: Option<Dur>,
+    stop_timeout: Option<Spanned<Dur>>,
     restart: Option<Restart>,
     process_group: Option<bool>,
 }
 
 impl RawService {
-    fn into_service(self) -> Service {
+    fn into_service(self, text: &str) -> Result<Service, String> {
         let d = Service::default();
-        Service {
+        Ok(Service {
             command: self.command.map(|a| a.0),
             working_dir: self.working_dir,
             env: self.env.into_iter().map(|(k, v)| (k, v.0)).collect(),
             stop_signal: self.stop_signal.map_or(d.stop_signal, |s| s.0),
-            stop_timeout: self.stop_timeout.map_or(d.stop_timeout, |t| t.0),
+            stop_timeout: not_zero(
+                text,
+                self.stop_timeout,
+                d.stop_timeout,
+                "`stop_timeout` is 0: the service would get SIGKILL together with stop_signal, \
+                 with no time to stop cleanly; to kill it at once, set stop_signal = \"SIGKILL\"",
+            )?,
             restart: self.restart.unwrap_or(d.restart),
             process_group: self.process_group.unwrap_or(d.process_group),
-        }
+        })
     }
 }
 
@@ -290,7 +300,8 @@ struct RawWatch {
     name: Option<String>,
     paths: Spanned<Vec<PathBuf>>,
     check: Option<Argv>,
-    check_timeout: Option<Dur>,
+    check_timeout: Option<Spanned<Dur>>,
+    recheck: Option<Spanned<Dur>>,
     on_change: Option<Spanned<OnChange>>,
     signal: Option<Spanned<SignalName>>,
     exec: Option<Spanned<Argv>>,
@@ -362,14 +373,44 @@ impl RawWatch {
                 }
             },
         };
+        let check_timeout = not_zero(
+            text,
+            self.check_timeout,
+            Duration::from_secs(10),
+            &format!(
+                "{label}: `check_timeout` is 0: every check and reload command would be killed \
+                 before it could finish"
+            ),
+        )?;
+        let recheck = not_zero(
+            text,
+            self.recheck,
+            Duration::from_secs(1),
+            &format!("{label}: `recheck` is 0: a failed check would be run again without pause"),
+        )?;
         Ok(Watch {
             name,
             paths,
             check: self.check.map(|a| a.0),
-            check_timeout: self.check_timeout.map_or(Duration::from_secs(10), |d| d.0),
+            check_timeout,
+            recheck,
             action,
             debounce: self.debounce.map_or(Duration::from_millis(100), |d| d.0),
         })
+    }
+}
+
+/// A duration where zero makes no sense: its value or default, or `why`.
+fn not_zero(
+    text: &str,
+    value: Option<Spanned<Dur>>,
+    default: Duration,
+    why: &str,
+) -> Result<Duration, String> {
+    match value {
+        None => Ok(default),
+        Some(d) if d.get_ref().0.is_zero() => Err(at(text, d.span(), why)),
+        Some(d) => Ok(d.into_inner().0),
     }
 }
 
@@ -668,5 +709,43 @@ debounce = "2m"
         let c = Config::parse("[[watch]]\npaths = [\"/x\"]\non_change = \"signal\"\n").unwrap();
         assert_eq!(c.watches[0].action, Action::Signal(Signal::SIGHUP));
         assert_eq!(c.watches[0].check_timeout, Duration::from_secs(10));
+        assert_eq!(c.watches[0].recheck, Duration::from_secs(1));
+        assert!(c.describe().contains("\nrecheck = \"1s\"\n"));
+    }
+
+    #[test]
+    fn recheck_is_a_duration_per_watch() {
+        let c = Config::parse(
+            "[[watch]]\npaths = [\"/x\"]\non_change = \"none\"\nrecheck = \"250ms\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.watches[0].recheck, Duration::from_millis(250));
+        assert_eq!(Config::parse(&c.describe()).unwrap(), c);
+        let e = err("[[watch]]\npaths = [\"/x\"]\non_change = \"none\"\nrecheck = \"soon\"\n");
+        assert!(e.contains("line 4") && e.contains("\"soon\""), "{e}");
+    }
+
+    #[test]
+    fn zero_is_an_error_where_it_makes_no_sense() {
+        let e = err("[service]\nstop_timeout = \"0s\"\n");
+        assert!(
+            e.starts_with("line 2, column 16: `stop_timeout` is 0"),
+            "{e}"
+        );
+        assert!(e.contains("stop_signal = \"SIGKILL\""), "{e}");
+        let watch = "[[watch]]\nname = \"app\"\npaths = [\"/x\"]\non_change = \"none\"\n";
+        let e = err(&format!("{watch}check_timeout = \"0ms\"\n"));
+        assert!(
+            e.starts_with("line 5, column 17: watch \"app\": `check_timeout` is 0"),
+            "{e}"
+        );
+        let e = err(&format!("{watch}recheck = \"0s\"\n"));
+        assert!(
+            e.starts_with("line 5, column 11: watch \"app\": `recheck` is 0"),
+            "{e}"
+        );
+        // Acting at once is a sensible debounce.
+        let c = Config::parse(&format!("{watch}debounce = \"0s\"\n")).unwrap();
+        assert_eq!(c.watches[0].debounce, Duration::ZERO);
     }
 }

@@ -31,6 +31,7 @@ fn check_config_prints_the_config_with_defaults_filled_in() {
         "name = \"/etc/nginx\"",
         "signal = \"SIGHUP\"",
         "check_timeout = \"10s\"",
+        "recheck = \"1s\"",
         "debounce = \"100ms\"",
     ] {
         assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
