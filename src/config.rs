@@ -3,7 +3,9 @@
 //! Values that can be checked on their own (durations, signal names, argv) are
 //! checked while deserializing, so the TOML parser's error already carries the
 //! line and column. Rules that span several keys are checked afterwards from
-//! `Spanned` values, so they name a line too.
+//! `Spanned` values, so they name a line too. What depends on the host (does
+//! working_dir exist, is a watched path there) is checked last, in `host`,
+//! by `tend check-config` and before a run, not by `tend probe`.
 
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
@@ -19,6 +21,7 @@ use toml::Spanned;
 use crate::signals::SignalName;
 
 mod duration;
+mod host;
 
 pub use duration::{format_duration, parse_duration};
 
@@ -78,8 +81,7 @@ impl Restart {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Readiness {
     pub file: Option<PathBuf>,
     pub status_file: Option<PathBuf>,
@@ -127,14 +129,41 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+/// Where values were written, to name the line of a problem found after
+/// parsing.
+#[derive(Debug, Default)]
+struct Spans {
+    command: Option<Range<usize>>,
+    working_dir: Option<Range<usize>>,
+    file: Option<Range<usize>>,
+    status_file: Option<Range<usize>>,
+    watches: Vec<WatchSpans>,
+}
+
+#[derive(Debug)]
+struct WatchSpans {
+    paths: Range<usize>,
+    check: Option<Range<usize>>,
+    exec: Option<Range<usize>>,
+}
+
 impl Config {
-    /// Reads and validates the file at `path`.
+    /// Reads and validates the file at `path`, without looking at the host
+    /// (`tend probe` needs only `[readiness]`).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            path: path.to_path_buf(),
-            message: format!("cannot read it: {e}"),
-        })?;
+        let text = read(path)?;
         Config::parse(&text).map_err(|message| ConfigError {
+            path: path.to_path_buf(),
+            message,
+        })
+    }
+
+    /// Reads and validates the file at `path`, then checks it against this
+    /// host, with relative paths taken from `cwd`: what can never work here
+    /// is an error, what may work later a warning (returned).
+    pub fn load_on_host(path: &Path, cwd: &Path) -> Result<(Config, Vec<String>), ConfigError> {
+        let text = read(path)?;
+        Config::parse_on_host(&text, cwd).map_err(|message| ConfigError {
             path: path.to_path_buf(),
             message,
         })
@@ -142,9 +171,33 @@ impl Config {
 
     /// Parses supervisor.toml text; the error names the line.
     pub fn parse(text: &str) -> Result<Config, String> {
+        Config::parse_spanned(text).map(|(config, _)| config)
+    }
+
+    /// `parse`, then the checks against this host; returns the warnings.
+    fn parse_on_host(text: &str, cwd: &Path) -> Result<(Config, Vec<String>), String> {
+        let (config, spans) = Config::parse_spanned(text)?;
+        let warnings = host::inspect(&config, &spans, text, cwd)?;
+        Ok((config, warnings))
+    }
+
+    fn parse_spanned(text: &str) -> Result<(Config, Spans), String> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| explain_toml_error(&e))?;
+        let span = |v: &Option<Spanned<PathBuf>>| v.as_ref().map(Spanned::span);
+        let mut spans = Spans {
+            command: raw.service.command.as_ref().map(Spanned::span),
+            working_dir: span(&raw.service.working_dir),
+            file: span(&raw.readiness.file),
+            status_file: span(&raw.readiness.status_file),
+            watches: Vec::new(),
+        };
         let mut watches = Vec::with_capacity(raw.watch.len());
         for w in raw.watch {
+            spans.watches.push(WatchSpans {
+                paths: w.paths.span(),
+                check: w.check.as_ref().map(Spanned::span),
+                exec: w.exec.as_ref().map(Spanned::span),
+            });
             let watch = w.into_watch(text)?;
             if let Some(prev) = watches.iter().find(|p: &&Watch| p.name == watch.name) {
                 return Err(format!(
@@ -156,11 +209,15 @@ impl Config {
             }
             watches.push(watch);
         }
-        Ok(Config {
+        let config = Config {
             service: raw.service.into_service(text)?,
-            readiness: raw.readiness,
+            readiness: Readiness {
+                file: raw.readiness.file.map(Spanned::into_inner),
+                status_file: raw.readiness.status_file.map(Spanned::into_inner),
+            },
             watches,
-        })
+        };
+        Ok((config, spans))
     }
 
     /// What the config means, defaults filled in, as TOML that tend accepts.
@@ -238,6 +295,13 @@ impl Config {
     }
 }
 
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|e| ConfigError {
+        path: path.to_path_buf(),
+        message: format!("cannot read it: {e}"),
+    })
+}
+
 // ------------------------------------------------------------------ raw form
 
 #[derive(Deserialize)]
@@ -246,16 +310,23 @@ struct RawConfig {
     #[serde(default)]
     service: RawService,
     #[serde(default)]
-    readiness: Readiness,
+    readiness: RawReadiness,
     #[serde(default)]
     watch: Vec<RawWatch>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
+struct RawReadiness {
+    file: Option<Spanned<PathBuf>>,
+    status_file: Option<Spanned<PathBuf>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 struct RawService {
-    command: Option<Argv>,
-    working_dir: Option<PathBuf>,
+    command: Option<Spanned<Argv>>,
+    working_dir: Option<Spanned<PathBuf>>,
     #[serde(default)]
     env: BTreeMap<String, EnvValue>,
     stop_signal: Option<SignalName>,
@@ -268,8 +339,8 @@ impl RawService {
     fn into_service(self, text: &str) -> Result<Service, String> {
         let d = Service::default();
         Ok(Service {
-            command: self.command.map(|a| a.0),
-            working_dir: self.working_dir,
+            command: self.command.map(|a| a.into_inner().0),
+            working_dir: self.working_dir.map(Spanned::into_inner),
             env: self.env.into_iter().map(|(k, v)| (k, v.0)).collect(),
             stop_signal: self.stop_signal.map_or(d.stop_signal, |s| s.0),
             stop_timeout: not_zero(
@@ -299,7 +370,7 @@ enum OnChange {
 struct RawWatch {
     name: Option<String>,
     paths: Spanned<Vec<PathBuf>>,
-    check: Option<Argv>,
+    check: Option<Spanned<Argv>>,
     check_timeout: Option<Spanned<Dur>>,
     recheck: Option<Spanned<Dur>>,
     on_change: Option<Spanned<OnChange>>,
@@ -391,7 +462,7 @@ impl RawWatch {
         Ok(Watch {
             name,
             paths,
-            check: self.check.map(|a| a.0),
+            check: self.check.map(|a| a.into_inner().0),
             check_timeout,
             recheck,
             action,
