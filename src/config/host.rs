@@ -6,11 +6,11 @@
 //! later is a warning: a watched path that does not exist yet, a relative
 //! one (it depends on the directory tend is started in).
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
-use super::{Config, Spans, at, quote, quote_list};
+use super::{Action, Config, Spans, at, quote, quote_list};
 
 /// The warnings, or the first error, each naming its line.
 pub(super) fn inspect(
@@ -19,72 +19,71 @@ pub(super) fn inspect(
     text: &str,
     cwd: &Path,
 ) -> Result<Vec<String>, String> {
-    let service = &config.service;
-    // Commands run in working_dir: a relative program is found from there.
-    let run_dir = match &service.working_dir {
-        Some(dir) => {
-            let resolved = cwd.join(dir);
-            let span = spans.working_dir.clone().unwrap_or_default();
-            match fs::metadata(&resolved) {
-                Ok(meta) if meta.is_dir() => {}
-                Ok(_) => {
-                    return Err(at(
-                        text,
-                        span,
-                        &format!("service.working_dir {dir:?} is not a directory"),
-                    ));
-                }
-                Err(e) => {
-                    return Err(at(
-                        text,
-                        span,
-                        &format!("service.working_dir {dir:?} cannot be used: {e}"),
-                    ));
-                }
-            }
-            resolved
-        }
-        None => cwd.to_path_buf(),
-    };
-    let search_path = service
-        .env
-        .get("PATH")
-        .map(|p| p.as_ref())
-        .or(std::env::var_os("PATH").as_deref())
-        .map(OsStr::to_os_string);
+    let run_dir = working_dir(config, spans, text, cwd)?;
+    commands(config, spans, text, &run_dir)?;
+    readiness_files(config, spans, text, cwd)?;
+    Ok(watched_paths(config, spans, text, cwd))
+}
 
+/// Where commands run (a relative program is found from there); an error
+/// when working_dir is not a directory.
+fn working_dir(config: &Config, spans: &Spans, text: &str, cwd: &Path) -> Result<PathBuf, String> {
+    let Some(dir) = &config.service.working_dir else {
+        return Ok(cwd.to_path_buf());
+    };
+    let resolved = cwd.join(dir);
+    let problem = match fs::metadata(&resolved) {
+        Ok(meta) if meta.is_dir() => return Ok(resolved),
+        Ok(_) => "is not a directory".to_string(),
+        Err(e) => format!("cannot be used: {e}"),
+    };
+    Err(at(
+        text,
+        spans.working_dir.clone().unwrap_or_default(),
+        &format!("service.working_dir {dir:?} {problem}"),
+    ))
+}
+
+/// An error for the first command written as one string with spaces.
+fn commands(config: &Config, spans: &Spans, text: &str, run_dir: &Path) -> Result<(), String> {
+    let service = &config.service;
+    // The service's env is added to tend's, so its PATH wins.
+    let search_path = match service.env.get("PATH") {
+        Some(p) => Some(OsString::from(p)),
+        None => std::env::var_os("PATH"),
+    };
     let mut commands = vec![(
         service.command.as_ref(),
-        spans.command.clone(),
+        &spans.command,
         "service.command".to_string(),
     )];
     for (w, ws) in config.watches.iter().zip(&spans.watches) {
         commands.push((
             w.check.as_ref(),
-            ws.check.clone(),
+            &ws.check,
             format!("watch {:?}: `check`", w.name),
         ));
-        if let super::Action::Exec(argv) = &w.action {
-            commands.push((
-                Some(argv),
-                ws.exec.clone(),
-                format!("watch {:?}: `exec`", w.name),
-            ));
+        if let Action::Exec(argv) = &w.action {
+            commands.push((Some(argv), &ws.exec, format!("watch {:?}: `exec`", w.name)));
         }
     }
     for (argv, span, key) in commands {
         if let Some(argv) = argv
-            && let Some(problem) = one_word_with_spaces(argv, &run_dir, search_path.as_deref())
+            && let Some(problem) = one_word_with_spaces(argv, run_dir, search_path.as_deref())
         {
             return Err(at(
                 text,
-                span.unwrap_or_default(),
+                span.clone().unwrap_or_default(),
                 &format!("{key} {problem}"),
             ));
         }
     }
+    Ok(())
+}
 
-    let readiness = [
+/// An error when a readiness file lies inside a watched path.
+fn readiness_files(config: &Config, spans: &Spans, text: &str, cwd: &Path) -> Result<(), String> {
+    let files = [
         (&config.readiness.file, &spans.file, "[readiness] file"),
         (
             &config.readiness.status_file,
@@ -92,7 +91,7 @@ pub(super) fn inspect(
             "[readiness] status_file",
         ),
     ];
-    for (file, span, key) in readiness {
+    for (file, span, key) in files {
         let Some(file) = file else { continue };
         for w in &config.watches {
             if let Some(path) = w.paths.iter().find(|p| is_inside(cwd, file, p)) {
@@ -109,7 +108,11 @@ pub(super) fn inspect(
             }
         }
     }
+    Ok(())
+}
 
+/// Warnings for watched paths that are relative or do not exist yet.
+fn watched_paths(config: &Config, spans: &Spans, text: &str, cwd: &Path) -> Vec<String> {
     let mut warnings = Vec::new();
     for (w, ws) in config.watches.iter().zip(&spans.watches) {
         for path in &w.paths {
@@ -139,7 +142,7 @@ pub(super) fn inspect(
             }
         }
     }
-    Ok(warnings)
+    warnings
 }
 
 /// Why a one-word command with spaces in it, like `["nginx -t"]`, will not
