@@ -310,8 +310,11 @@ pub fn write_atomically(path: &Path, data: &[u8]) -> io::Result<()> {
             path.display()
         )))
         .and_then(|()| {
-            file.write_all(data)
-                .map_err(context(format!("cannot write {}", path.display())))
+            file.write_all(data).map_err(context(format!(
+                "cannot write {}: write() to {} failed",
+                path.display(),
+                tmp.display()
+            )))
         })
         .and_then(|()| {
             fs::rename(&tmp, path).map_err(context(format!(
@@ -321,7 +324,7 @@ pub fn write_atomically(path: &Path, data: &[u8]) -> io::Result<()> {
             )))
         });
     if result.is_err() {
-        // Ours, just created: nothing else can have taken this name.
+        // Best effort: the name is random and was created by this call.
         let _ = fs::remove_file(&tmp);
     }
     result
