@@ -3,7 +3,9 @@
 //! Values that can be checked on their own (durations, signal names, argv) are
 //! checked while deserializing, so the TOML parser's error already carries the
 //! line and column. Rules that span several keys are checked afterwards from
-//! `Spanned` values, so they name a line too.
+//! `Spanned` values, so they name a line too. What depends on the host (does
+//! working_dir exist, is a watched path there) is checked last, in `host`,
+//! by `tend check-config` and before a run, not by `tend probe`.
 
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
@@ -17,6 +19,11 @@ use serde::de::{self, Deserializer};
 use toml::Spanned;
 
 use crate::signals::SignalName;
+
+mod duration;
+mod host;
+
+pub use duration::{format_duration, parse_duration};
 
 /// Where tend looks for its config when neither `--config` nor `$TEND_CONFIG`
 /// names one.
@@ -74,8 +81,7 @@ impl Restart {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Readiness {
     pub file: Option<PathBuf>,
     pub status_file: Option<PathBuf>,
@@ -87,9 +93,11 @@ pub struct Watch {
     pub paths: Vec<PathBuf>,
     pub check: Option<Vec<String>>,
     pub check_timeout: Duration,
+    /// The first wait before a failed check is run again; it doubles up to
+    /// a minute.
+    pub recheck: Duration,
     pub action: Action,
     pub debounce: Duration,
-    pub recheck: Duration,
 }
 
 /// What a watch does once a changed config passed its check.
@@ -121,14 +129,41 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+/// Where values were written, to name the line of a problem found after
+/// parsing.
+#[derive(Debug, Default)]
+struct Spans {
+    command: Option<Range<usize>>,
+    working_dir: Option<Range<usize>>,
+    file: Option<Range<usize>>,
+    status_file: Option<Range<usize>>,
+    watches: Vec<WatchSpans>,
+}
+
+#[derive(Debug)]
+struct WatchSpans {
+    paths: Range<usize>,
+    check: Option<Range<usize>>,
+    exec: Option<Range<usize>>,
+}
+
 impl Config {
-    /// Reads and validates the file at `path`.
+    /// Reads and validates the file at `path`, without looking at the host
+    /// (`tend probe` needs only `[readiness]`).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            path: path.to_path_buf(),
-            message: format!("cannot read it: {e}"),
-        })?;
+        let text = read(path)?;
         Config::parse(&text).map_err(|message| ConfigError {
+            path: path.to_path_buf(),
+            message,
+        })
+    }
+
+    /// Reads and validates the file at `path`, then checks it against this
+    /// host, with relative paths taken from `cwd`: what can never work here
+    /// is an error, what may work later a warning (returned).
+    pub fn load_on_host(path: &Path, cwd: &Path) -> Result<(Config, Vec<String>), ConfigError> {
+        let text = read(path)?;
+        Config::parse_on_host(&text, cwd).map_err(|message| ConfigError {
             path: path.to_path_buf(),
             message,
         })
@@ -136,9 +171,33 @@ impl Config {
 
     /// Parses supervisor.toml text; the error names the line.
     pub fn parse(text: &str) -> Result<Config, String> {
+        Config::parse_spanned(text).map(|(config, _)| config)
+    }
+
+    /// `parse`, then the checks against this host; returns the warnings.
+    fn parse_on_host(text: &str, cwd: &Path) -> Result<(Config, Vec<String>), String> {
+        let (config, spans) = Config::parse_spanned(text)?;
+        let warnings = host::inspect(&config, &spans, text, cwd)?;
+        Ok((config, warnings))
+    }
+
+    fn parse_spanned(text: &str) -> Result<(Config, Spans), String> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| explain_toml_error(&e))?;
+        let span = |v: &Option<Spanned<PathBuf>>| v.as_ref().map(Spanned::span);
+        let mut spans = Spans {
+            command: raw.service.command.as_ref().map(Spanned::span),
+            working_dir: span(&raw.service.working_dir),
+            file: span(&raw.readiness.file),
+            status_file: span(&raw.readiness.status_file),
+            watches: Vec::new(),
+        };
         let mut watches = Vec::with_capacity(raw.watch.len());
         for w in raw.watch {
+            spans.watches.push(WatchSpans {
+                paths: w.paths.span(),
+                check: w.check.as_ref().map(Spanned::span),
+                exec: w.exec.as_ref().map(Spanned::span),
+            });
             let watch = w.into_watch(text)?;
             if let Some(prev) = watches.iter().find(|p: &&Watch| p.name == watch.name) {
                 return Err(format!(
@@ -150,11 +209,15 @@ impl Config {
             }
             watches.push(watch);
         }
-        Ok(Config {
-            service: raw.service.into_service(),
-            readiness: raw.readiness,
+        let config = Config {
+            service: raw.service.into_service(text)?,
+            readiness: Readiness {
+                file: raw.readiness.file.map(Spanned::into_inner),
+                status_file: raw.readiness.status_file.map(Spanned::into_inner),
+            },
             watches,
-        })
+        };
+        Ok((config, spans))
     }
 
     /// What the config means, defaults filled in, as TOML that tend accepts.
@@ -213,6 +276,7 @@ impl Config {
                 quote(&format_duration(w.check_timeout))
             )
             .unwrap();
+            writeln!(out, "recheck = {}", quote(&format_duration(w.recheck))).unwrap();
             match &w.action {
                 Action::Signal(sig) => {
                     out.push_str("on_change = \"signal\"\n");
@@ -231,6 +295,13 @@ impl Config {
     }
 }
 
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|e| ConfigError {
+        path: path.to_path_buf(),
+        message: format!("cannot read it: {e}"),
+    })
+}
+
 // ------------------------------------------------------------------ raw form
 
 #[derive(Deserialize)]
@@ -239,36 +310,49 @@ struct RawConfig {
     #[serde(default)]
     service: RawService,
     #[serde(default)]
-    readiness: Readiness,
+    readiness: RawReadiness,
     #[serde(default)]
     watch: Vec<RawWatch>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
+struct RawReadiness {
+    file: Option<Spanned<PathBuf>>,
+    status_file: Option<Spanned<PathBuf>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 struct RawService {
-    command: Option<Argv>,
-    working_dir: Option<PathBuf>,
+    command: Option<Spanned<Argv>>,
+    working_dir: Option<Spanned<PathBuf>>,
     #[serde(default)]
     env: BTreeMap<String, EnvValue>,
     stop_signal: Option<SignalName>,
-    stop_timeout: Option<Dur>,
+    stop_timeout: Option<Spanned<Dur>>,
     restart: Option<Restart>,
     process_group: Option<bool>,
 }
 
 impl RawService {
-    fn into_service(self) -> Service {
+    fn into_service(self, text: &str) -> Result<Service, String> {
         let d = Service::default();
-        Service {
-            command: self.command.map(|a| a.0),
-            working_dir: self.working_dir,
+        Ok(Service {
+            command: self.command.map(|a| a.into_inner().0),
+            working_dir: self.working_dir.map(Spanned::into_inner),
             env: self.env.into_iter().map(|(k, v)| (k, v.0)).collect(),
             stop_signal: self.stop_signal.map_or(d.stop_signal, |s| s.0),
-            stop_timeout: self.stop_timeout.map_or(d.stop_timeout, |t| t.0),
+            stop_timeout: not_zero(
+                text,
+                self.stop_timeout,
+                d.stop_timeout,
+                "`stop_timeout` is 0: the service would get SIGKILL together with stop_signal, \
+                 with no time to stop cleanly; to kill it at once, set stop_signal = \"SIGKILL\"",
+            )?,
             restart: self.restart.unwrap_or(d.restart),
             process_group: self.process_group.unwrap_or(d.process_group),
-        }
+        })
     }
 }
 
@@ -286,8 +370,9 @@ enum OnChange {
 struct RawWatch {
     name: Option<String>,
     paths: Spanned<Vec<PathBuf>>,
-    check: Option<Argv>,
-    check_timeout: Option<Dur>,
+    check: Option<Spanned<Argv>>,
+    check_timeout: Option<Spanned<Dur>>,
+    recheck: Option<Spanned<Dur>>,
     on_change: Option<Spanned<OnChange>>,
     signal: Option<Spanned<SignalName>>,
     exec: Option<Spanned<Argv>>,
@@ -359,15 +444,44 @@ impl RawWatch {
                 }
             },
         };
+        let check_timeout = not_zero(
+            text,
+            self.check_timeout,
+            Duration::from_secs(10),
+            &format!(
+                "{label}: `check_timeout` is 0: every check and reload command would be killed \
+                 before it could finish"
+            ),
+        )?;
+        let recheck = not_zero(
+            text,
+            self.recheck,
+            Duration::from_secs(1),
+            &format!("{label}: `recheck` is 0: a failed check would be run again without pause"),
+        )?;
         Ok(Watch {
             name,
             paths,
-            check: self.check.map(|a| a.0),
-            check_timeout: self.check_timeout.map_or(Duration::from_secs(10), |d| d.0),
+            check: self.check.map(|a| a.into_inner().0),
+            check_timeout,
+            recheck,
             action,
             debounce: self.debounce.map_or(Duration::from_millis(100), |d| d.0),
-            recheck: Duration::from_secs(1),
         })
+    }
+}
+
+/// A duration where zero makes no sense: its value or default, or `why`.
+fn not_zero(
+    text: &str,
+    value: Option<Spanned<Dur>>,
+    default: Duration,
+    why: &str,
+) -> Result<Duration, String> {
+    match value {
+        None => Ok(default),
+        Some(d) if d.get_ref().0.is_zero() => Err(at(text, d.span(), why)),
+        Some(d) => Ok(d.into_inner().0),
     }
 }
 
@@ -443,58 +557,6 @@ impl StringOnly {
             }
         }
         d.deserialize_str(V(what))
-    }
-}
-
-/// Parses `"500ms"`, `"10s"`, `"2m"`, `"1h"`, `"1.5s"`, or several of them
-/// run together (`"1m30s"`).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let bad = || {
-        format!(
-            "invalid duration {s:?}: write a number and a unit, like \"500ms\", \"10s\" or \"2m\""
-        )
-    };
-    let mut rest = s.trim();
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    let mut total = Duration::ZERO;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let (num, tail) = rest.split_at(num_len);
-        let unit_len = tail
-            .find(|c: char| !c.is_ascii_alphabetic())
-            .unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(unit_len);
-        let value: f64 = num.parse().map_err(|_| bad())?;
-        let seconds = match unit {
-            "ms" => value / 1000.0,
-            "s" => value,
-            "m" => value * 60.0,
-            "h" => value * 3600.0,
-            _ => return Err(bad()),
-        };
-        total += Duration::try_from_secs_f64(seconds).map_err(|_| bad())?;
-        rest = tail;
-    }
-    Ok(total)
-}
-
-/// The shortest exact form of a duration, in the syntax `parse_duration` reads.
-pub fn format_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    if d.subsec_nanos() % 1_000_000 != 0 {
-        format!("{}s", d.as_secs_f64())
-    } else if ms % 3_600_000 == 0 && ms > 0 {
-        format!("{}h", ms / 3_600_000)
-    } else if ms % 60_000 == 0 && ms > 0 {
-        format!("{}m", ms / 60_000)
-    } else if ms % 1000 == 0 {
-        format!("{}s", ms / 1000)
-    } else {
-        format!("{ms}ms")
     }
 }
 
@@ -718,33 +780,43 @@ debounce = "2m"
         let c = Config::parse("[[watch]]\npaths = [\"/x\"]\non_change = \"signal\"\n").unwrap();
         assert_eq!(c.watches[0].action, Action::Signal(Signal::SIGHUP));
         assert_eq!(c.watches[0].check_timeout, Duration::from_secs(10));
+        assert_eq!(c.watches[0].recheck, Duration::from_secs(1));
+        assert!(c.describe().contains("\nrecheck = \"1s\"\n"));
     }
 
     #[test]
-    fn durations_parse() {
-        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
-        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
-        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
-        assert_eq!(parse_duration("0s").unwrap(), Duration::ZERO);
-        for bad in ["", "10", "s", "10 s", "ten s", "5d", "-1s", "1..2s"] {
-            assert!(parse_duration(bad).is_err(), "{bad:?} should be rejected");
-        }
+    fn recheck_is_a_duration_per_watch() {
+        let c = Config::parse(
+            "[[watch]]\npaths = [\"/x\"]\non_change = \"none\"\nrecheck = \"250ms\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.watches[0].recheck, Duration::from_millis(250));
+        assert_eq!(Config::parse(&c.describe()).unwrap(), c);
+        let e = err("[[watch]]\npaths = [\"/x\"]\non_change = \"none\"\nrecheck = \"soon\"\n");
+        assert!(e.contains("line 4") && e.contains("\"soon\""), "{e}");
     }
 
     #[test]
-    fn durations_format_in_their_shortest_exact_form() {
-        for (d, s) in [
-            (Duration::from_millis(100), "100ms"),
-            (Duration::from_secs(10), "10s"),
-            (Duration::from_secs(120), "2m"),
-            (Duration::from_secs(7200), "2h"),
-            (Duration::ZERO, "0s"),
-        ] {
-            assert_eq!(format_duration(d), s);
-            assert_eq!(parse_duration(s).unwrap(), d);
-        }
+    fn zero_is_an_error_where_it_makes_no_sense() {
+        let e = err("[service]\nstop_timeout = \"0s\"\n");
+        assert!(
+            e.starts_with("line 2, column 16: `stop_timeout` is 0"),
+            "{e}"
+        );
+        assert!(e.contains("stop_signal = \"SIGKILL\""), "{e}");
+        let watch = "[[watch]]\nname = \"app\"\npaths = [\"/x\"]\non_change = \"none\"\n";
+        let e = err(&format!("{watch}check_timeout = \"0ms\"\n"));
+        assert!(
+            e.starts_with("line 5, column 17: watch \"app\": `check_timeout` is 0"),
+            "{e}"
+        );
+        let e = err(&format!("{watch}recheck = \"0s\"\n"));
+        assert!(
+            e.starts_with("line 5, column 11: watch \"app\": `recheck` is 0"),
+            "{e}"
+        );
+        // Acting at once is a sensible debounce.
+        let c = Config::parse(&format!("{watch}debounce = \"0s\"\n")).unwrap();
+        assert_eq!(c.watches[0].debounce, Duration::ZERO);
     }
 }

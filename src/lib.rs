@@ -13,4 +13,6 @@ pub mod process;
 pub mod signals;
 pub mod status;
 pub mod supervisor;
+pub mod text;
+pub mod time;
 pub mod watch;

@@ -175,7 +175,7 @@ fn text_line(event: &Event<'_>) -> String {
     event.record(&mut t);
     format!(
         "{} {:>5} {}{}\n",
-        crate::status::rfc3339_micros(SystemTime::now()),
+        crate::time::rfc3339_micros(SystemTime::now()),
         level_name(event.metadata().level()),
         t.message,
         t.fields
@@ -206,7 +206,7 @@ fn json_line(event: &Event<'_>) -> String {
     let mut j = Json(serde_json::Map::new());
     j.0.insert(
         "timestamp".into(),
-        crate::status::rfc3339_micros(SystemTime::now()).into(),
+        crate::time::rfc3339_micros(SystemTime::now()).into(),
     );
     j.0.insert("level".into(), level_name(event.metadata().level()).into());
     j.0.insert("target".into(), event.metadata().target().into());

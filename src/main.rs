@@ -19,7 +19,7 @@ enum Failure {
 fn main() -> ExitCode {
     // First, before any thread or child exists: see signals.rs.
     if let Err(e) = signals::take_over() {
-        eprintln!("tend: cannot block signals with sigprocmask(): {e}");
+        eprintln!("tend: {e}");
         return ExitCode::from(1);
     }
     let cli = match Cli::parse(std::env::args_os().skip(1)) {
@@ -71,7 +71,11 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         }
         None => {
             let config = match &config_path {
-                Some(path) => Config::load(path).map_err(Failure::Config)?,
+                Some(path) => {
+                    Config::load_on_host(path, &current_dir()?)
+                        .map_err(Failure::Config)?
+                        .0
+                }
                 None => Config::default(),
             };
             let argv = if !cli.command.is_empty() {
@@ -91,14 +95,6 @@ fn run(cli: Cli) -> Result<i32, Failure> {
                     }
                 }));
             };
-            if let Some(dir) = &config.service.working_dir
-                && !dir.is_dir()
-            {
-                return Err(Failure::Usage(format!(
-                    "service.working_dir {} is not a directory",
-                    dir.display()
-                )));
-            }
             supervisor::Supervisor::new(&config, argv)
                 .and_then(|s| s.run())
                 .map_err(Failure::Internal)
@@ -133,11 +129,24 @@ fn check_config(path: Option<PathBuf>) -> Result<i32, Failure> {
             config::DEFAULT_PATH
         )));
     };
-    let config = Config::load(&path).map_err(Failure::Config)?;
+    let (config, warnings) =
+        Config::load_on_host(&path, &current_dir()?).map_err(Failure::Config)?;
+    for w in warnings {
+        eprintln!("tend: warning: {}: {w}", path.display());
+    }
     println!(
         "# {}: valid. With defaults filled in, it means:\n",
         path.display()
     );
     print!("{}", config.describe());
     Ok(0)
+}
+
+/// Relative paths in the config are taken from here.
+fn current_dir() -> Result<PathBuf, Failure> {
+    std::env::current_dir().map_err(|e| {
+        Failure::Internal(anyhow::anyhow!(
+            "getcwd() failed: {e}; relative paths in the config cannot be resolved"
+        ))
+    })
 }

@@ -4,7 +4,8 @@
 use std::path::Path;
 
 use crate::config;
-use crate::status::Status;
+use crate::status::{Status, WatchResult};
+use crate::text;
 
 /// Prints one line saying whether tend is ready and why not; returns the exit
 /// code (0 ready, 1 not). Err when the config gives nothing to probe.
@@ -63,11 +64,12 @@ fn from_status(path: &Path) -> (bool, String) {
     if let Some(w) = status
         .watches
         .iter()
-        .find(|w| w.result != crate::status::WatchResult::Applied)
+        .find(|w| w.result != WatchResult::Applied)
     {
         line.push_str(&format!("; watch {:?}: {}", w.name, w.result.as_str()));
-        if let Some(last) = w.check_output.lines().rev().find(|l| !l.trim().is_empty()) {
-            line.push_str(&format!(": {}", last.trim()));
+        let why = text::summary(&w.check_output);
+        if !why.is_empty() {
+            line.push_str(&format!(": {why}"));
         }
     }
     (false, line)

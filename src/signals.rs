@@ -5,11 +5,18 @@
 //! signal handler, so a child between `fork` and `exec` can never run one either,
 //! and PID 1 still receives blocked signals (the kernel only drops signals that
 //! PID 1 leaves at their default disposition *and* does not block).
+//!
+//! Signals are handled by number, not as nix's `Signal`, which has no
+//! realtime members. The fault signals are blocked too: a real fault of tend
+//! is forced by the kernel (unblocked, reset to the default action), so tend
+//! still dies of its own fault, while the same signals sent with kill() reach
+//! the signalfd and are forwarded, as dumb-init does.
 
 use std::fmt;
 use std::str::FromStr;
 
-use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use nix::errno::Errno;
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
 
 /// A signal named in supervisor.toml (`stop_signal`, a watch's `signal`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,91 +44,165 @@ impl fmt::Display for SignalName {
     }
 }
 
-/// Signals that belong to tend itself and are never forwarded: the ones the
-/// kernel raises for a fault in tend, the uncatchable ones, and SIGCHLD.
-const OWN: [Signal; 9] = [
-    Signal::SIGKILL,
-    Signal::SIGSTOP,
-    Signal::SIGCHLD,
-    Signal::SIGSEGV,
-    Signal::SIGBUS,
-    Signal::SIGILL,
-    Signal::SIGFPE,
-    Signal::SIGTRAP,
-    Signal::SIGABRT,
+/// Signals the kernel raises for a fault of the process itself. Sent by
+/// someone with kill() they are forwarded like any other; raised by the kernel
+/// they are about tend itself.
+pub const FAULTS: [i32; 7] = [
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGILL,
+    libc::SIGFPE,
+    libc::SIGTRAP,
+    libc::SIGABRT,
+    libc::SIGSYS,
 ];
 
 /// Signals tend ignores: SIGPIPE (a closed log pipe must not kill PID 1, and a
 /// write error says more than the signal), and SIGTTIN/SIGTTOU (tend is in the
 /// background once the service owns the terminal; it must not be stopped, nor
 /// forward the terminal's complaints about its own writes to the service).
-pub const IGNORED: [Signal; 3] = [Signal::SIGPIPE, Signal::SIGTTIN, Signal::SIGTTOU];
+pub const IGNORED: [i32; 3] = [libc::SIGPIPE, libc::SIGTTIN, libc::SIGTTOU];
 
-/// Whether a signal that reaches tend is passed on to the service unchanged.
-/// SIGTERM is handled (it starts a stop) and is not in this set.
-pub fn is_forwarded(sig: Signal) -> bool {
-    sig != Signal::SIGTERM
-        && !OWN.contains(&sig)
-        && !IGNORED.contains(&sig)
-        && sig != Signal::SIGSYS
+/// What tend does with a signal it received.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// SIGTERM: stop the service, then exit.
+    Stop,
+    /// SIGINT: forwarded while the service runs, otherwise a stop (the loop decides).
+    Interrupt,
+    /// SIGCHLD: something may be left to reap.
+    Child,
+    /// Passed on to the service unchanged.
+    Forward,
+    /// Not acted on.
+    Ignore,
 }
 
-/// The set tend blocks and reads from its signalfd: SIGCHLD, SIGTERM and every
-/// forwarded signal.
-pub fn handled() -> SigSet {
-    let mut set = SigSet::empty();
-    for sig in Signal::iterator() {
-        if sig == Signal::SIGCHLD || sig == Signal::SIGTERM || is_forwarded(sig) {
-            set.add(sig);
-        }
+/// The role of signal `signo`, whose signalfd record carries `ssi_code`
+/// (<= 0 when a process sent it: SI_USER, SI_QUEUE, SI_TKILL; > 0 when the
+/// kernel raised it).
+pub fn role(signo: i32, ssi_code: i32) -> Role {
+    match signo {
+        libc::SIGTERM => Role::Stop,
+        libc::SIGINT => Role::Interrupt,
+        libc::SIGCHLD => Role::Child,
+        libc::SIGKILL | libc::SIGSTOP => Role::Ignore,
+        _ if IGNORED.contains(&signo) => Role::Ignore,
+        // A real fault of tend is forced on it by the kernel and never reaches
+        // the signalfd; one that does (a memory error reported ahead of time,
+        // BUS_MCEERR_AO) concerns tend, not the service.
+        _ if FAULTS.contains(&signo) && ssi_code > 0 => Role::Ignore,
+        _ if (1..=31).contains(&signo) || realtime().contains(&signo) => Role::Forward,
+        // 32 and 33 (and 34 with musl): the C library's own.
+        _ => Role::Ignore,
     }
-    set
 }
 
-/// Blocks the handled signals and ignores [`IGNORED`]. Called first in `main`,
-/// before any thread or child exists, so the mask holds everywhere.
-pub fn take_over() -> nix::Result<()> {
-    use nix::sys::signal::{SigHandler, signal};
-    nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&handled()), None)?;
-    for sig in IGNORED {
-        // SAFETY: SIG_IGN installs no handler code.
-        unsafe { signal(sig, SigHandler::SigIgn) }?;
+/// The realtime signals applications may use, SIGRTMIN..=SIGRTMAX. The C
+/// library keeps the ones below SIGRTMIN for itself.
+fn realtime() -> std::ops::RangeInclusive<i32> {
+    libc::SIGRTMIN()..=libc::SIGRTMAX()
+}
+
+/// Every signal tend acts on when a process sends it: the ones it blocks and
+/// reads from its signalfd.
+fn handled_numbers() -> impl Iterator<Item = i32> {
+    (1..=31)
+        .chain(realtime())
+        .filter(|&s| role(s, libc::SI_USER) != Role::Ignore)
+}
+
+/// The set tend blocks and reads from its signalfd, realtime signals included
+/// (nix's `Signal` has no realtime members, so the set is built by number).
+pub fn handled() -> SigSet {
+    // SAFETY: sigemptyset and sigaddset write into the local set; every
+    // number added is a valid signal that the C library lets callers use.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in handled_numbers() {
+            libc::sigaddset(&mut set, s);
+        }
+        SigSet::from_sigset_t_unchecked(set)
+    }
+}
+
+/// A signal's disposition, as set with [`set_disposition`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Disposition {
+    Default,
+    Ignore,
+}
+
+/// Sets `signo`'s disposition with the raw `rt_sigaction` syscall, which,
+/// unlike glibc's `sigaction`, also reaches the signals the C library reserves.
+/// Async-signal-safe: used between fork and exec.
+pub fn set_disposition(signo: i32, disposition: Disposition) -> Result<(), Errno> {
+    // The kernel's struct sigaction: handler, flags, restorer, mask; no flags
+    // and an empty mask.
+    let handler = match disposition {
+        Disposition::Default => libc::SIG_DFL,
+        Disposition::Ignore => libc::SIG_IGN,
+    };
+    let action = [handler as u64, 0, 0, 0];
+    // SAFETY: the kernel reads `action`, sized for its struct sigaction with
+    // an 8-byte mask, and writes nothing (no old action is asked for).
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigaction,
+            signo,
+            action.as_ptr(),
+            std::ptr::null_mut::<u64>(),
+            std::mem::size_of::<u64>(),
+        )
+    };
+    Errno::result(ret).map(drop)
+}
+
+/// Takes over tend's own signal state. Called first in `main`, before any
+/// thread or child exists, so the mask holds everywhere.
+///
+/// The handled signals are blocked first, so none of them can take its
+/// default action while the dispositions are reset. Every disposition tend
+/// inherited goes back to the default (a parent that ignored SIGCHLD would
+/// have the kernel reap the service behind tend's back), except the C
+/// library's own signals between 31 and SIGRTMIN; [`IGNORED`] are ignored.
+pub fn take_over() -> Result<(), String> {
+    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&handled()), None)
+        .map_err(|e| format!("sigprocmask(SIG_BLOCK) failed: {e}; tend cannot receive signals"))?;
+    for signo in (1..=31).chain(realtime()) {
+        let disposition = match signo {
+            libc::SIGKILL | libc::SIGSTOP => continue,
+            _ if IGNORED.contains(&signo) => Disposition::Ignore,
+            _ => Disposition::Default,
+        };
+        set_disposition(signo, disposition).map_err(|e| {
+            format!(
+                "rt_sigaction({}, {disposition:?}) failed: {e}; tend cannot reset the signal \
+                 dispositions it inherited",
+                describe(signo)
+            )
+        })?;
     }
     Ok(())
 }
 
-/// What a signal that reaches tend means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// SIGTERM: stop the service, then exit.
-    Stop,
-    /// SIGINT: forwarded, or stops tend while no service process exists.
-    Interrupt,
-    /// SIGCHLD: reap.
-    Child,
-    Forward,
-    /// Not for the service (a fault the kernel raised for someone else).
-    Ignore,
-}
-
-/// The role of signal `signo`; `code` is the signalfd record's `ssi_code`.
-pub fn role(signo: i32, code: i32) -> Role {
-    let _ = code;
-    match Signal::try_from(signo) {
-        Ok(Signal::SIGTERM) => Role::Stop,
-        Ok(Signal::SIGINT) => Role::Interrupt,
-        Ok(Signal::SIGCHLD) => Role::Child,
-        Ok(sig) if !is_forwarded(sig) => Role::Ignore,
-        _ => Role::Forward,
-    }
-}
-
-/// A signal number as a name for logs: `SIGHUP`, or `signal 40` for the
-/// realtime ones.
+/// A signal number as a name for logs: `SIGHUP`; realtime ones as `kill -l`
+/// names them, `SIGRTMIN+2`, `SIGRTMAX-1`; anything else `signal 32`.
 pub fn describe(signo: i32) -> String {
-    match Signal::try_from(signo) {
-        Ok(sig) => sig.as_str().to_string(),
-        Err(_) => format!("signal {signo}"),
+    if let Ok(sig) = Signal::try_from(signo) {
+        return sig.as_str().to_string();
+    }
+    let (min, max) = (libc::SIGRTMIN(), libc::SIGRTMAX());
+    if !(min..=max).contains(&signo) {
+        return format!("signal {signo}");
+    }
+    // The lower half counts up from SIGRTMIN, the upper half down from SIGRTMAX.
+    match (signo - min, max - signo) {
+        (0, _) => "SIGRTMIN".to_string(),
+        (_, 0) => "SIGRTMAX".to_string(),
+        (up, _) if up <= (max - min) / 2 => format!("SIGRTMIN+{up}"),
+        (_, down) => format!("SIGRTMAX-{down}"),
     }
 }
 
@@ -148,36 +229,94 @@ mod tests {
     }
 
     #[test]
-    fn forwarding_covers_the_catchable_signals() {
-        for sig in [
-            Signal::SIGHUP,
-            Signal::SIGINT,
-            Signal::SIGQUIT,
-            Signal::SIGUSR1,
-            Signal::SIGUSR2,
-            Signal::SIGWINCH,
-            Signal::SIGCONT,
-            Signal::SIGALRM,
-            Signal::SIGTSTP,
-            Signal::SIGURG,
-            Signal::SIGPWR,
+    fn every_catchable_signal_sent_by_a_process_is_forwarded() {
+        for signo in [
+            libc::SIGHUP,
+            libc::SIGQUIT,
+            libc::SIGUSR1,
+            libc::SIGUSR2,
+            libc::SIGWINCH,
+            libc::SIGCONT,
+            libc::SIGALRM,
+            libc::SIGTSTP,
+            libc::SIGURG,
+            libc::SIGPWR,
+            libc::SIGRTMIN(),
+            libc::SIGRTMIN() + 2,
+            libc::SIGRTMAX(),
         ] {
-            assert!(is_forwarded(sig), "{sig} should be forwarded");
-        }
-        for sig in [
-            Signal::SIGTERM,
-            Signal::SIGCHLD,
-            Signal::SIGKILL,
-            Signal::SIGSEGV,
-            Signal::SIGPIPE,
-        ] {
-            assert!(!is_forwarded(sig), "{sig} should not be forwarded");
+            for code in [
+                libc::SI_USER,
+                libc::SI_QUEUE,
+                libc::SI_TKILL,
+                libc::SI_KERNEL,
+            ] {
+                assert_eq!(role(signo, code), Role::Forward, "{}", describe(signo));
+            }
         }
     }
 
     #[test]
-    fn realtime_signals_are_described_by_number() {
+    fn fault_signals_are_forwarded_only_when_a_process_sent_them() {
+        for signo in FAULTS {
+            for code in [libc::SI_USER, libc::SI_QUEUE, libc::SI_TKILL] {
+                assert_eq!(role(signo, code), Role::Forward, "{}", describe(signo));
+            }
+            // BUS_MCEERR_AO is 4, SEGV_MAPERR 1: raised by the kernel.
+            for code in [1, 4, libc::SI_KERNEL] {
+                assert_eq!(role(signo, code), Role::Ignore, "{}", describe(signo));
+            }
+        }
+    }
+
+    #[test]
+    fn tend_keeps_term_int_and_chld_and_ignores_the_rest() {
+        assert_eq!(role(libc::SIGTERM, libc::SI_USER), Role::Stop);
+        assert_eq!(role(libc::SIGINT, libc::SI_KERNEL), Role::Interrupt);
+        assert_eq!(role(libc::SIGCHLD, libc::CLD_EXITED), Role::Child);
+        for signo in [
+            libc::SIGKILL,
+            libc::SIGSTOP,
+            libc::SIGPIPE,
+            libc::SIGTTIN,
+            libc::SIGTTOU,
+            32,
+            33,
+            0,
+            libc::SIGRTMAX() + 1,
+        ] {
+            assert_eq!(role(signo, libc::SI_USER), Role::Ignore, "{signo}");
+        }
+    }
+
+    #[test]
+    fn the_handled_set_holds_faults_and_realtime_signals_but_not_the_ignored() {
+        let set = handled();
+        let raw = set.as_ref();
+        let has = |s| unsafe { libc::sigismember(raw, s) } == 1;
+        for s in FAULTS
+            .into_iter()
+            .chain([libc::SIGTERM, libc::SIGCHLD, libc::SIGINT, libc::SIGHUP])
+            .chain(libc::SIGRTMIN()..=libc::SIGRTMAX())
+        {
+            assert!(has(s), "{} should be handled", describe(s));
+        }
+        for s in IGNORED.into_iter().chain([libc::SIGKILL, libc::SIGSTOP]) {
+            assert!(!has(s), "{} should not be handled", describe(s));
+        }
+    }
+
+    #[test]
+    fn realtime_signals_are_named_as_kill_names_them() {
+        let (min, max) = (libc::SIGRTMIN(), libc::SIGRTMAX());
         assert_eq!(describe(1), "SIGHUP");
-        assert_eq!(describe(40), "signal 40");
+        assert_eq!(describe(min), "SIGRTMIN");
+        assert_eq!(describe(min + 2), "SIGRTMIN+2");
+        assert_eq!(describe(max), "SIGRTMAX");
+        assert_eq!(describe(max - 1), "SIGRTMAX-1");
+        // glibc: 34..=49 count up, 50..=64 count down, as bash's `kill -l`.
+        assert_eq!(describe(49), "SIGRTMIN+15");
+        assert_eq!(describe(50), "SIGRTMAX-14");
+        assert_eq!(describe(32), "signal 32");
     }
 }

@@ -1,39 +1,48 @@
 //! Readiness: the ready file and the status file.
 //!
 //! The ready file exists exactly while tend is ready. The status file holds
-//! tend's state as JSON and is rewritten whenever that state changes. Both are
-//! written to a temporary file in the same directory and renamed into place,
-//! so a reader (a probe) never sees half a file.
+//! tend's state as JSON and is rewritten whenever that state changes.
+//!
+//! Both often live in a directory others can write to (`/run`, `/tmp`, an
+//! emptyDir shared with a sidecar), and tend usually runs as root. So a file
+//! is never written in place and never through a name someone could guess:
+//! the content goes to a new file created with O_EXCL|O_NOFOLLOW under a
+//! random name beside the target (`.status.json.0123456789abcdef.tmp`), which
+//! is then renamed over it. A symlink planted anywhere is never followed, and
+//! a reader (a probe) never sees half a file. Modes are set explicitly (0644,
+//! directories tend creates 0755), whatever the umask.
+//!
+//! A write that fails (a full or read-only disk) is retried with a back-off
+//! until it succeeds; `deadline` says when, and exists only while a retry is
+//! pending.
 
-use std::fs;
-use std::io;
+use std::ffi::OsString;
+use std::fs::{self, DirBuilder, File, OpenOptions, Permissions};
+use std::io::{self, Write as _};
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
 use crate::config;
 
-/// What the status file says. `updated_at` is left out of the comparison
-/// that decides whether anything changed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Status {
-    pub state: State,
-    pub ready: bool,
-    pub service: ServiceStatus,
-    pub watches: Vec<WatchStatus>,
-    #[serde(default)]
-    pub updated_at: String,
-}
+const FILE_MODE: u32 = 0o644;
+const DIR_MODE: u32 = 0o755;
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(10);
 
-/// tend as a whole, as the status file's `state` says it.
+/// tend as a whole, as the status file and `tend probe` name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum State {
+    /// Checking the config before the first start.
     Starting,
     Ready,
+    /// A change is being checked or applied, or a failed action retried.
     Reloading,
     InvalidConfig,
+    /// A restart action, or the service waits out its restart back-off.
     Restarting,
     Stopping,
 }
@@ -51,7 +60,7 @@ impl State {
     }
 }
 
-/// A watch's `result` in the status file.
+/// Where a watch's newest config stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WatchResult {
@@ -71,6 +80,18 @@ impl WatchResult {
             WatchResult::ActionFailed => "action_failed",
         }
     }
+}
+
+/// What the status file says. `updated_at` is filled in when it is written,
+/// so it never makes two statuses differ.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    pub state: State,
+    pub ready: bool,
+    pub service: ServiceStatus,
+    pub watches: Vec<WatchStatus>,
+    #[serde(default)]
+    pub updated_at: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -102,39 +123,38 @@ pub struct WatchStatus {
     pub changed_at: Option<String>,
 }
 
+/// Keeps the ready file and the status file saying what tend last
+/// published, retrying what could not be written.
 pub struct Readiness {
     file: Option<PathBuf>,
     status_file: Option<PathBuf>,
-    last: Option<Status>,
-    /// The last write error, logged once until a write succeeds again.
-    failing: bool,
+    /// What the files should say.
+    wanted: Option<Status>,
+    /// Whether the ready file exists, as far as tend knows; None at first,
+    /// so that a ready file left by an earlier run is removed.
+    ready_written: Option<bool>,
+    /// What the status file says (without `updated_at`).
+    status_written: Option<Status>,
+    retry: Option<Retry>,
+}
+
+/// A write failed: try again at `at`; the one after waits `next`.
+#[derive(Debug, Clone, Copy)]
+struct Retry {
+    at: Instant,
+    next: Duration,
 }
 
 impl Readiness {
-    /// Prepares the files' directories and removes a ready file left by an
-    /// earlier run: tend is not ready until it says so.
     pub fn new(cfg: &config::Readiness) -> Readiness {
-        let r = Readiness {
+        Readiness {
             file: cfg.file.clone(),
             status_file: cfg.status_file.clone(),
-            last: None,
-            failing: false,
-        };
-        for path in r.file.iter().chain(&r.status_file) {
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
-                && let Err(e) = fs::create_dir_all(dir)
-            {
-                tracing::error!(
-                    "cannot create {} for {}: {e}",
-                    dir.display(),
-                    path.display()
-                );
-            }
+            wanted: None,
+            ready_written: None,
+            status_written: None,
+            retry: None,
         }
-        if let Some(f) = &r.file {
-            remove(f);
-        }
-        r
     }
 
     /// Whether any readiness file is written.
@@ -142,125 +162,257 @@ impl Readiness {
         self.file.is_some() || self.status_file.is_some()
     }
 
-    /// Writes the files if `status` differs from what they say.
-    pub fn publish(&mut self, mut status: Status) {
-        if self.last.as_ref() == Some(&status) {
+    /// Makes the files say `status`, if they do not already.
+    pub fn publish(&mut self, status: Status, now: Instant) {
+        if self.wanted.as_ref() == Some(&status) {
             return;
         }
-        let was_ready = self.last.as_ref().is_some_and(|s| s.ready);
-        let mut result = Ok(());
-        if let Some(f) = &self.file {
-            if status.ready && !was_ready {
-                result = result.and(write_atomically(f, b"ready\n"));
-            } else if !status.ready {
-                remove(f);
-            }
-        }
-        if let Some(f) = &self.status_file {
-            status.updated_at = rfc3339(SystemTime::now());
-            let mut json = serde_json::to_vec_pretty(&status).expect("status serializes");
-            json.push(b'\n');
-            result = result.and(write_atomically(f, &json));
-            status.updated_at.clear();
-        }
-        match result {
-            Ok(()) => self.failing = false,
-            Err(e) if !self.failing => {
-                self.failing = true;
-                tracing::error!("cannot write the readiness files: {e}");
-            }
-            Err(_) => {}
-        }
-        self.last = Some(status);
+        self.wanted = Some(status);
+        self.write(now);
     }
 
-    /// When a failed write is retried (none while writes succeed).
-    pub fn deadline(&self) -> Option<std::time::Instant> {
-        None
+    /// When a failed write is to be tried again; None when nothing failed.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.retry.map(|r| r.at)
     }
 
-    /// Retries a failed write whose time has come.
-    pub fn on_deadline(&mut self, _now: std::time::Instant) {}
+    /// Tries the failed writes again once their deadline has come.
+    pub fn retry(&mut self, now: Instant) {
+        if self.retry.is_some_and(|r| now >= r.at) {
+            self.write(now);
+        }
+    }
 
     /// Removes the ready file (tend is exiting).
     pub fn withdraw(&mut self) {
-        if let Some(f) = &self.file {
-            remove(f);
+        if let Some(f) = &self.file
+            && self.ready_written != Some(false)
+            && let Err(e) = remove(f)
+        {
+            tracing::error!("{e}");
+        }
+    }
+
+    /// Writes whatever differs from what the files say; on failure, keeps
+    /// what was not written for a retry with a back-off.
+    fn write(&mut self, now: Instant) {
+        let Some(wanted) = &self.wanted else { return };
+        let mut errors = Vec::new();
+        if let Some(f) = &self.file
+            && self.ready_written != Some(wanted.ready)
+        {
+            let result = if wanted.ready {
+                write_atomically(f, b"ready\n")
+            } else {
+                remove(f)
+            };
+            match result {
+                Ok(()) => self.ready_written = Some(wanted.ready),
+                Err(e) => errors.push(e),
+            }
+        }
+        if let Some(f) = &self.status_file
+            && self.status_written.as_ref() != Some(wanted)
+        {
+            let mut status = wanted.clone();
+            status.updated_at = crate::time::rfc3339_millis(SystemTime::now());
+            let mut json = serde_json::to_vec_pretty(&status).expect("a status serializes");
+            json.push(b'\n');
+            match write_atomically(f, &json) {
+                Ok(()) => self.status_written = Some(wanted.clone()),
+                Err(e) => errors.push(e),
+            }
+        }
+        match (errors.is_empty(), self.retry) {
+            (true, None) => {}
+            (true, Some(_)) => {
+                self.retry = None;
+                tracing::info!("the readiness files are written again");
+            }
+            (false, previous) => {
+                let wait = previous.map_or(RETRY_FIRST, |r| r.next);
+                if previous.is_none() {
+                    let errors: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+                    tracing::error!(
+                        "{}; retrying from {wait:?} to every {RETRY_MAX:?} until it works",
+                        errors.join("; ")
+                    );
+                }
+                self.retry = Some(Retry {
+                    at: now + wait,
+                    next: (wait * 2).min(RETRY_MAX),
+                });
+            }
         }
     }
 }
 
-fn remove(path: &Path) {
-    if let Err(e) = fs::remove_file(path)
-        && e.kind() != io::ErrorKind::NotFound
-    {
-        tracing::error!("cannot remove the ready file {}: {e}", path.display());
+/// Removes the ready file. One that is not there is not an error, even where
+/// unlink() says otherwise (EROFS and EACCES come before the lookup).
+fn remove(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if not_there(&e) => Ok(()),
+        Err(e) => match fs::symlink_metadata(path) {
+            Err(gone) if not_there(&gone) => Ok(()),
+            _ => Err(io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot remove the ready file {}: unlink() failed: {e}",
+                    path.display()
+                ),
+            )),
+        },
     }
 }
 
-/// Writes `data` to a temporary file beside `path` and renames it over `path`.
-pub fn write_atomically(path: &Path, data: &[u8]) -> io::Result<()> {
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = path.with_file_name(format!(".{name}.tmp.{}", std::process::id()));
-    let result = fs::write(&tmp, data).and_then(|()| fs::rename(&tmp, path));
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result.map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
-}
-
-/// `2026-11-21T10:00:00.123Z`, for the status file.
-pub fn rfc3339(t: SystemTime) -> String {
-    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    format!("{}.{:03}Z", rfc3339_seconds(d.as_secs()), d.subsec_millis())
-}
-
-/// `2026-11-21T10:00:00.123456Z`, for logs.
-pub fn rfc3339_micros(t: SystemTime) -> String {
-    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    format!("{}.{:06}Z", rfc3339_seconds(d.as_secs()), d.subsec_micros())
-}
-
-fn rfc3339_seconds(secs: u64) -> String {
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, day) = civil_from_days(days as i64);
-    format!(
-        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
+/// ENOENT, or ENOTDIR: a file stands where a directory on the way should be.
+fn not_there(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
     )
 }
 
-/// Days since 1970-01-01 to (year, month, day), after Howard Hinnant's
-/// `civil_from_days`.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
+/// Writes `data` to a new file with a random name beside `path` (created
+/// with O_EXCL|O_NOFOLLOW, mode 0644) and renames it over `path`. Creates
+/// the missing directories on the way (0755).
+pub fn write_atomically(path: &Path, data: &[u8]) -> io::Result<()> {
+    let context =
+        |what: String| move |e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"));
+    let name = path.file_name().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("cannot write {}: it names no file", path.display()),
+        )
+    })?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut tmp_name = OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{:016x}.tmp", random_u64()?));
+    let tmp = dir.join(tmp_name);
+    let mut file = match create_new(&tmp) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            create_dirs(dir)?;
+            create_new(&tmp)
+        }
+        other => other,
+    }
+    .map_err(context(format!(
+        "cannot write {}: open(O_CREAT|O_EXCL|O_NOFOLLOW) of {} failed",
+        path.display(),
+        tmp.display()
+    )))?;
+    let result = file
+        .set_permissions(Permissions::from_mode(FILE_MODE))
+        .map_err(context(format!(
+            "cannot write {}: fchmod() failed",
+            path.display()
+        )))
+        .and_then(|()| {
+            file.write_all(data).map_err(context(format!(
+                "cannot write {}: write() to {} failed",
+                path.display(),
+                tmp.display()
+            )))
+        })
+        .and_then(|()| {
+            fs::rename(&tmp, path).map_err(context(format!(
+                "cannot write {}: rename() from {} failed",
+                path.display(),
+                tmp.display()
+            )))
+        });
+    if result.is_err() {
+        // Best effort: the name is random and was created by this call.
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn create_new(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .mode(FILE_MODE)
+        .open(path)
+}
+
+/// Creates `dir` and its missing parents with mode 0755. Directories that
+/// already exist are left as they are.
+fn create_dirs(dir: &Path) -> io::Result<()> {
+    let missing: Vec<&Path> = dir
+        .ancestors()
+        .take_while(|d| !d.as_os_str().is_empty())
+        .take_while(
+            |d| matches!(fs::symlink_metadata(d), Err(e) if e.kind() == io::ErrorKind::NotFound),
+        )
+        .collect();
+    for d in missing.into_iter().rev() {
+        match DirBuilder::new().mode(DIR_MODE).create(d) {
+            Ok(()) => {}
+            // Created meanwhile by someone else: theirs, not ours to chmod.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot create the directory {}: mkdir() failed: {e}",
+                        d.display()
+                    ),
+                ));
+            }
+        }
+        // The umask may have taken bits away. Through an fd opened without
+        // following a symlink, so a directory swapped in meanwhile is not it.
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(d)
+            .and_then(|f| f.set_permissions(Permissions::from_mode(DIR_MODE)))
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot set mode 0755 on the new directory {}: {e}",
+                        d.display()
+                    ),
+                )
+            })?;
+    }
+    Ok(())
+}
+
+/// 64 random bits for a temporary file's name.
+fn random_u64() -> io::Result<u64> {
+    let mut bytes = [0u8; 8];
+    // GRND_NONBLOCK: PID 1 must not wait for the entropy pool (possible only
+    // early at boot); the write fails instead and is retried.
+    // SAFETY: getrandom writes at most bytes.len() bytes into bytes.
+    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), libc::GRND_NONBLOCK) };
+    if n == bytes.len() as isize {
+        Ok(u64::from_ne_bytes(bytes))
+    } else {
+        let e = if n < 0 {
+            io::Error::last_os_error()
+        } else {
+            io::Error::other("short read")
+        };
+        Err(io::Error::new(
+            e.kind(),
+            format!("getrandom() failed, so no temporary file can be named: {e}"),
+        ))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn timestamps_are_rfc3339_utc() {
-        assert_eq!(rfc3339(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
-        let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_795_255_200_123);
-        assert_eq!(rfc3339(t), "2026-11-21T10:00:00.123Z");
-        let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400);
-        assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");
-        assert_eq!(rfc3339_micros(t), "2026-11-21T10:00:00.123000Z");
-    }
+    use std::os::unix::fs::MetadataExt as _;
 
     fn status(ready: bool) -> Status {
         Status {
@@ -272,9 +424,24 @@ mod tests {
                 status: None,
                 instances: vec![],
             },
-            watches: vec![],
+            watches: vec![WatchStatus {
+                name: "nginx".into(),
+                result: WatchResult::ActionFailed,
+                check_output: "ok\n".into(),
+                changed_at: None,
+            }],
             updated_at: String::new(),
         }
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
     }
 
     #[test]
@@ -286,31 +453,160 @@ mod tests {
         };
         fs::create_dir_all(d.path().join("run")).unwrap();
         fs::write(d.path().join("run/ready"), "stale").unwrap();
+        let now = Instant::now();
         let mut r = Readiness::new(&cfg);
+        r.publish(status(false), now);
         assert!(
             !d.path().join("run/ready").exists(),
             "a stale ready file is removed"
         );
-        r.publish(status(false));
-        assert!(!d.path().join("run/ready").exists());
-        r.publish(status(true));
+        r.publish(status(true), now);
         assert!(d.path().join("run/ready").exists());
         let written: Status =
             serde_json::from_slice(&fs::read(d.path().join("run/status.json")).unwrap()).unwrap();
         assert!(written.ready);
         assert_eq!(written.state, State::Ready);
         assert!(written.updated_at.ends_with('Z'));
-        r.publish(status(false));
+        r.publish(status(false), now);
         assert!(!d.path().join("run/ready").exists());
-        let leftovers: Vec<_> = fs::read_dir(d.path().join("run"))
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name())
-            .collect();
         assert_eq!(
-            leftovers,
-            vec![std::ffi::OsString::from("status.json")],
+            names(&d.path().join("run")),
+            ["status.json"],
             "no temp files left"
+        );
+        assert_eq!(r.deadline(), None, "no wake-ups while the writes succeed");
+    }
+
+    #[test]
+    fn the_json_keeps_its_documented_shape() {
+        let json = serde_json::to_value(status(true)).unwrap();
+        assert_eq!(json["state"], "ready");
+        assert_eq!(json["watches"][0]["result"], "action_failed");
+        assert_eq!(json["service"]["pid"], 42);
+        let mut s = status(false);
+        s.state = State::InvalidConfig;
+        assert_eq!(serde_json::to_value(&s).unwrap()["state"], "invalid_config");
+        for state in [
+            State::Starting,
+            State::Ready,
+            State::Reloading,
+            State::InvalidConfig,
+            State::Restarting,
+            State::Stopping,
+        ] {
+            assert_eq!(serde_json::to_value(state).unwrap(), state.as_str());
+        }
+        for result in [
+            WatchResult::Pending,
+            WatchResult::Applied,
+            WatchResult::Invalid,
+            WatchResult::ActionFailed,
+        ] {
+            assert_eq!(serde_json::to_value(result).unwrap(), result.as_str());
+        }
+    }
+
+    #[test]
+    fn temp_files_have_random_names_beside_the_target() {
+        let d = tempfile::tempdir().unwrap();
+        let target = d.path().join("status.json");
+        // Fail the rename (a directory is in the way) to see the temp file's
+        // name in the error; it is removed again.
+        fs::create_dir(&target).unwrap();
+        fs::write(target.join("keep"), "").unwrap();
+        let e = write_atomically(&target, b"x").unwrap_err().to_string();
+        let tmp = e
+            .split_whitespace()
+            .find(|w| w.contains(".status.json."))
+            .unwrap();
+        let name = Path::new(tmp).file_name().unwrap().to_str().unwrap();
+        let hex = name
+            .strip_prefix(".status.json.")
+            .and_then(|n| n.strip_suffix(".tmp"))
+            .unwrap();
+        assert_eq!(hex.len(), 16, "{name}");
+        assert!(
+            hex.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+            "{name}"
+        );
+        assert_eq!(names(d.path()), ["status.json"], "the temp file is removed");
+    }
+
+    #[test]
+    fn a_planted_symlink_is_replaced_not_followed() {
+        let d = tempfile::tempdir().unwrap();
+        let victim = d.path().join("victim");
+        fs::write(&victim, "precious").unwrap();
+        let target = d.path().join("ready");
+        std::os::unix::fs::symlink(&victim, &target).unwrap();
+        write_atomically(&target, b"ready\n").unwrap();
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(!fs::symlink_metadata(&target).unwrap().is_symlink());
+        assert_eq!(fs::read_to_string(&target).unwrap(), "ready\n");
+    }
+
+    #[test]
+    fn modes_do_not_depend_on_the_umask() {
+        let d = tempfile::tempdir().unwrap();
+        let target = d.path().join("a/b/status.json");
+        let mode = |p: &Path| fs::metadata(p).unwrap().mode() & 0o7777;
+        for umask in [0o000, 0o077] {
+            let _ = fs::remove_dir_all(d.path().join("a"));
+            // SAFETY: umask() cannot fail. No other test looks at modes.
+            let old = unsafe { libc::umask(umask) };
+            let result = write_atomically(&target, b"{}");
+            unsafe { libc::umask(old) };
+            result.unwrap();
+            assert_eq!(mode(&target), 0o644, "umask {umask:03o}");
+            assert_eq!(mode(&d.path().join("a")), 0o755, "umask {umask:03o}");
+            assert_eq!(mode(&d.path().join("a/b")), 0o755, "umask {umask:03o}");
+        }
+    }
+
+    #[test]
+    fn a_failed_write_is_retried_with_a_back_off_until_it_works() {
+        let d = tempfile::tempdir().unwrap();
+        // A file where the directory should be: every write fails.
+        fs::write(d.path().join("run"), "in the way").unwrap();
+        let cfg = config::Readiness {
+            file: Some(d.path().join("run/ready")),
+            status_file: Some(d.path().join("run/status.json")),
+        };
+        let t0 = Instant::now();
+        let mut r = Readiness::new(&cfg);
+        r.publish(status(true), t0);
+        assert_eq!(r.deadline(), Some(t0 + RETRY_FIRST));
+        r.retry(t0 + Duration::from_millis(50));
+        assert_eq!(r.deadline(), Some(t0 + RETRY_FIRST), "not due yet");
+        let t1 = t0 + RETRY_FIRST;
+        r.retry(t1);
+        assert_eq!(r.deadline(), Some(t1 + 2 * RETRY_FIRST), "the wait doubles");
+        let mut t = t1;
+        for _ in 0..20 {
+            t = r.deadline().unwrap();
+            r.retry(t);
+        }
+        assert_eq!(r.deadline(), Some(t + RETRY_MAX), "up to a limit");
+
+        fs::remove_file(d.path().join("run")).unwrap();
+        r.retry(r.deadline().unwrap());
+        assert_eq!(r.deadline(), None);
+        assert!(d.path().join("run/ready").exists());
+        let written: Status =
+            serde_json::from_slice(&fs::read(d.path().join("run/status.json")).unwrap()).unwrap();
+        assert!(written.ready);
+    }
+
+    #[test]
+    fn removing_a_ready_file_that_is_not_there_is_not_an_error() {
+        let d = tempfile::tempdir().unwrap();
+        assert!(remove(&d.path().join("ready")).is_ok());
+        assert!(remove(&d.path().join("no/such/dir/ready")).is_ok());
+        fs::write(d.path().join("file"), "").unwrap();
+        assert!(
+            remove(&d.path().join("file/ready")).is_ok(),
+            "ENOTDIR: not there either"
         );
     }
 }

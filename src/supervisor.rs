@@ -95,12 +95,12 @@ impl Supervisor {
             while let Some(event) = events.pop_front() {
                 let commands = self.core.handle(now, event);
                 if let Some(code) = self.perform(commands, now) {
-                    self.readiness.publish(self.core.status());
+                    self.readiness.publish(self.core.status(), now.mono);
                     self.readiness.withdraw();
                     return Ok(code);
                 }
             }
-            self.readiness.publish(self.core.status());
+            self.readiness.publish(self.core.status(), now.mono);
             self.wait(&mut events)?;
             events.push_back(Event::Tick);
         }
@@ -252,7 +252,7 @@ impl Supervisor {
         if inotify {
             self.watcher.read_events(now);
         }
-        self.readiness.on_deadline(now);
+        self.readiness.retry(now);
         for i in self.watcher.take_due(now) {
             if let Some(scan) = self.watcher.scan(i, now) {
                 let changed = self

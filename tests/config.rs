@@ -31,6 +31,7 @@ fn check_config_prints_the_config_with_defaults_filled_in() {
         "name = \"/etc/nginx\"",
         "signal = \"SIGHUP\"",
         "check_timeout = \"10s\"",
+        "recheck = \"1s\"",
         "debounce = \"100ms\"",
     ] {
         assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
@@ -140,4 +141,93 @@ fn a_config_without_a_command_needs_one_after_the_double_dash() {
     assert!(err.contains("service.command"), "{err}");
     let (code, _, _) = sb.tend().config(&cfg).command(&["true"]).run(secs(10.0));
     assert_eq!(code, 0);
+}
+
+#[test]
+fn configs_that_can_never_work_here_exit_2_naming_key_and_line() {
+    let sb = Sandbox::new();
+    std::fs::create_dir(sb.path("conf")).unwrap();
+    let watch = "[[watch]]\nname = \"app\"\npaths = [\"conf\"]\non_change = \"none\"\n";
+    for (toml, needles) in [
+        (
+            "[service]\ncommand = [\"nginx -t\"]\n".to_string(),
+            &["line 2, column 11: service.command", "[\"nginx\", \"-t\"]"][..],
+        ),
+        (
+            format!("{watch}check = [\"nginx -t -q\"]\n"),
+            &[
+                "line 5",
+                "watch \"app\": `check`",
+                "[\"nginx\", \"-t\", \"-q\"]",
+            ],
+        ),
+        (
+            "[service]\nworking_dir = \"/no/such/dir\"\n".to_string(),
+            &["line 2, column 15: service.working_dir \"/no/such/dir\""],
+        ),
+        (
+            format!("[readiness]\nstatus_file = \"conf/status.json\"\n{watch}"),
+            &["line 2", "inside \"conf\", which watch \"app\" covers"],
+        ),
+        (
+            format!("{watch}check_timeout = \"0s\"\n"),
+            &["line 5", "`check_timeout` is 0"],
+        ),
+        (
+            format!("{watch}recheck = \"0s\"\n"),
+            &["line 5", "`recheck` is 0"],
+        ),
+        (
+            "[service]\nstop_timeout = \"0ms\"\n".to_string(),
+            &["line 2", "`stop_timeout` is 0"],
+        ),
+    ] {
+        let (code, out, err) = check_config(&sb, &toml);
+        assert_eq!(code, 2, "{toml}\n{out}");
+        for needle in needles {
+            assert!(
+                err.contains(needle),
+                "expected {needle:?} for {toml:?} in:\n{err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_command_written_as_one_string_starts_nothing() {
+    let sb = Sandbox::new();
+    let marker = sb.path("ran");
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = [\"touch {}\"]\n",
+        marker.display()
+    ));
+    let (code, _, err) = sb.tend().config(&cfg).run(secs(10.0));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("service.command"), "{err}");
+    assert!(!marker.exists());
+}
+
+#[test]
+fn watched_paths_that_may_appear_later_are_warnings() {
+    let sb = Sandbox::new();
+    let (code, out, err) = check_config(
+        &sb,
+        "[[watch]]\nname = \"app\"\npaths = [\"conf/app.conf\", \"/no/such/dir\"]\non_change = \"none\"\n",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("[[watch]]"), "{out}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 3, "{err}");
+    assert!(
+        lines.iter().all(|l| l.starts_with("tend: warning: ")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "line 3, column 9: watch \"app\": \"conf/app.conf\" is relative: from the current directory it is {}",
+            sb.path("conf/app.conf").display()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("/no/such/dir does not exist (yet)"), "{err}");
 }

@@ -85,51 +85,131 @@ fn help_and_version_exit_0() {
     assert!(out.starts_with("tend "), "{out}");
 }
 
-/// Every signal tend forwards, each delivered exactly once.
-const FORWARDED: &[Signal] = &[
-    Signal::SIGHUP,
-    Signal::SIGINT,
-    Signal::SIGQUIT,
-    Signal::SIGUSR1,
-    Signal::SIGUSR2,
-    Signal::SIGALRM,
-    Signal::SIGSTKFLT,
-    Signal::SIGCONT,
-    Signal::SIGTSTP,
-    Signal::SIGURG,
-    Signal::SIGXCPU,
-    Signal::SIGXFSZ,
-    Signal::SIGVTALRM,
-    Signal::SIGPROF,
-    Signal::SIGWINCH,
-    Signal::SIGIO,
-    Signal::SIGPWR,
-];
+/// Every signal tend forwards, by number, with the name the service logs:
+/// the classic catchable ones, the fault signals (sent with kill, they are
+/// not about tend), and realtime ones, which nix's `Signal` cannot name.
+fn forwarded() -> Vec<(i32, String)> {
+    let classic = [
+        Signal::SIGHUP,
+        Signal::SIGINT,
+        Signal::SIGQUIT,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+        Signal::SIGALRM,
+        Signal::SIGSTKFLT,
+        Signal::SIGCONT,
+        Signal::SIGTSTP,
+        Signal::SIGURG,
+        Signal::SIGXCPU,
+        Signal::SIGXFSZ,
+        Signal::SIGVTALRM,
+        Signal::SIGPROF,
+        Signal::SIGWINCH,
+        Signal::SIGIO,
+        Signal::SIGPWR,
+        Signal::SIGSEGV,
+        Signal::SIGBUS,
+        Signal::SIGILL,
+        Signal::SIGFPE,
+        Signal::SIGTRAP,
+        Signal::SIGABRT,
+        Signal::SIGSYS,
+    ];
+    let mut all: Vec<(i32, String)> = classic
+        .iter()
+        .map(|&s| (s as i32, s.as_str().to_string()))
+        .collect();
+    all.extend([
+        (libc::SIGRTMIN(), "SIGRTMIN".to_string()),
+        (libc::SIGRTMIN() + 2, "SIGRTMIN+2".to_string()),
+        (libc::SIGRTMAX(), "SIGRTMAX".to_string()),
+    ]);
+    all
+}
 
-#[test]
-fn every_catchable_signal_is_forwarded_once() {
+/// Sends each signal to tend with kill(2) and checks that the service got
+/// it, exactly once, and that tend is still there afterwards.
+fn each_signal_is_forwarded_once(pid1: bool) {
     let sb = Sandbox::new();
-    let mut tend = sb.tend().command(&sb.service(&[])).start();
+    // --exit-after: a service orphaned by a tend that died is gone soon.
+    let tend = sb.tend().command(&sb.service(&["--exit-after", "60"]));
+    let tend = if pid1 { tend } else { tend.not_pid1() };
+    let mut tend = tend.start();
     sb.wait_log("service start", 1, secs(10.0));
-    for (i, &sig) in FORWARDED.iter().enumerate() {
-        tend.signal(sig);
+    let signals = forwarded();
+    for (i, (signo, name)) in signals.iter().enumerate() {
+        tend.signal_number(*signo);
         let lines = sb.wait_log("service sig ", i + 1, secs(5.0));
         let last = lines.last().unwrap();
         assert!(
-            last.starts_with(&format!("service sig {} ", sig.as_str())),
-            "sent {sig}, got {last}"
+            last.starts_with(&format!("service sig {name} ")),
+            "sent {name}, got {last}"
         );
     }
+    assert!(tend.is_running(), "tend should survive every signal");
     tend.signal(Signal::SIGTERM);
     assert_eq!(tend.wait(secs(10.0)), 0);
+    // The stop sends SIGTERM with a SIGCONT (in case the service was
+    // stopped); nothing else may come after the forwarded ones.
     let sigs = sb.log("service sig ");
-    assert_eq!(
-        sigs.len(),
-        FORWARDED.len() + 1,
-        "each signal once, then SIGTERM: {sigs:#?}"
+    let after: Vec<&str> = sigs[signals.len()..]
+        .iter()
+        .map(|l| l.split_whitespace().nth(2).unwrap())
+        .collect();
+    assert!(
+        after.iter().filter(|s| **s == "SIGTERM").count() == 1
+            && after.iter().all(|s| ["SIGTERM", "SIGCONT"].contains(s)),
+        "each signal once, then the stop: {sigs:#?}"
     );
     let err = tend.stderr();
-    assert!(err.contains("forwarded SIGUSR1 to the service"), "{err}");
+    for name in ["SIGUSR1", "SIGSEGV", "SIGRTMIN+2", "SIGRTMAX"] {
+        assert!(
+            err.contains(&format!("forwarded {name} to the service")),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn every_catchable_signal_is_forwarded_once() {
+    each_signal_is_forwarded_once(true);
+}
+
+#[test]
+fn every_catchable_signal_is_forwarded_once_by_a_subreaper() {
+    each_signal_is_forwarded_once(false);
+}
+
+#[test]
+fn an_inherited_ignored_sigchld_does_not_hide_the_service_exit() {
+    for pid1 in [true, false] {
+        let sb = Sandbox::new();
+        // Ignored SIGCHLD: the kernel would reap the service behind tend's back.
+        let tend = sb.tend().ignoring(&[libc::SIGCHLD]);
+        let tend = if pid1 { tend } else { tend.not_pid1() };
+        let (code, _, err) = tend.command(&["sh", "-c", "exit 3"]).run(secs(10.0));
+        assert_eq!(code, 3, "as PID 1: {pid1}; {err}");
+    }
+}
+
+#[test]
+fn an_inherited_ignored_sigchld_does_not_stop_restarts() {
+    for pid1 in [true, false] {
+        let sb = Sandbox::new();
+        let marker = sb.path("failed-once").display().to_string();
+        let config = sb.config(&format!(
+            "[service]\ncommand = {}\nrestart = \"on-failure\"\n",
+            sb.service_toml(&["--fail-first", &marker, "--exit-after", "60"])
+        ));
+        let tend = sb.tend().ignoring(&[libc::SIGCHLD]).config(&config);
+        let tend = if pid1 { tend } else { tend.not_pid1() };
+        let mut tend = tend.start();
+        // The first start exits 1; the back-off is 1 s.
+        sb.wait_log("service start", 2, secs(15.0));
+        assert_eq!(sb.log("service exit"), ["service exit 1"]);
+        tend.signal(Signal::SIGTERM);
+        assert_eq!(tend.wait(secs(10.0)), 0, "as PID 1: {pid1}");
+    }
 }
 
 #[test]
@@ -267,5 +347,80 @@ fn the_service_gets_the_terminal_and_ctrl_c_reaches_it_once() {
         1,
         "SIGINT should reach the service exactly once (fd {})",
         master.as_raw_fd()
+    );
+}
+
+/// A call in the child that fails, made to fail by a seccomp filter as a
+/// container runtime's profile could, is named in the error, and exits 1:
+/// std alone would report only EPERM, which reads as "not executable" (126).
+#[cfg(target_arch = "x86_64")]
+fn a_failed_call_in_the_child_is_named(deny: DenySyscall, pid1: bool, expected: &str) {
+    let sb = Sandbox::new();
+    let tend = sb.tend().pre_exec(move || deny.install());
+    let tend = if pid1 { tend } else { tend.not_pid1() };
+    let (code, _, err) = tend.command(&["true"]).run(secs(10.0));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains(expected), "{err}");
+    assert!(!err.contains("not executable"), "{err}");
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn a_failed_reset_of_a_signal_in_the_child_fails_the_start() {
+    // Signal 33 is glibc's own: tend never touches it for itself, and resets
+    // it in the child only.
+    a_failed_call_in_the_child_is_named(
+        DenySyscall::new(libc::SYS_rt_sigaction, 0, 33, libc::EPERM),
+        true,
+        "cannot start \"true\": rt_sigaction(signal 33, SIG_DFL) in the child failed: EPERM",
+    );
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn a_failed_unblocking_of_signals_in_the_child_fails_the_start() {
+    // Not as PID 1: unshare's own child sets its mask with SIG_SETMASK too.
+    a_failed_call_in_the_child_is_named(
+        DenySyscall::new(
+            libc::SYS_rt_sigprocmask,
+            0,
+            libc::SIG_SETMASK as u32,
+            libc::EPERM,
+        ),
+        false,
+        "cannot start \"true\": sigprocmask(SIG_SETMASK, empty) in the child failed: EPERM",
+    );
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn a_failed_handover_of_the_terminal_fails_the_start() {
+    use std::os::fd::IntoRawFd;
+
+    let sb = Sandbox::new();
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let slave = pty.slave.into_raw_fd();
+    let deny = DenySyscall::new(libc::SYS_ioctl, 1, libc::TIOCSPGRP as u32, libc::EPERM);
+    let (code, _, err) = sb
+        .tend()
+        .pre_exec(move || {
+            // tend owns a terminal, as under `docker run -it`; then nothing
+            // may set a terminal's foreground group. SAFETY: async-signal-safe.
+            unsafe {
+                libc::setsid();
+                libc::dup2(slave, 0);
+                if libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            deny.install()
+        })
+        .command(&["true"])
+        .run(secs(10.0));
+    drop(pty.master);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("cannot start \"true\": tcsetpgrp() in the child failed: EPERM"),
+        "{err}"
     );
 }

@@ -513,8 +513,8 @@ impl Core {
                 .map(|r| WatchStatus {
                     name: r.name.to_string(),
                     result: r.result,
-                    check_output: r.check_output.to_string(),
-                    changed_at: r.changed_at.map(crate::status::rfc3339),
+                    check_output: crate::text::escape_keeping_lines(r.check_output),
+                    changed_at: r.changed_at.map(crate::time::rfc3339_millis),
                 })
                 .collect(),
             updated_at: String::new(),
@@ -532,7 +532,7 @@ impl Core {
             Role::Ignore => tracing::warn!(
                 from,
                 code,
-                "{} raised by the kernel for another process: not forwarded",
+                "{} is not for the service (raised by the kernel, or the C library's own): not forwarded",
                 signals::describe(signo)
             ),
         }
@@ -762,7 +762,7 @@ impl Core {
                         watch = names,
                         "reload command failed ({describe}); retrying in {:?}{}",
                         retry.unwrap_or_default(),
-                        output_for_log(&output)
+                        crate::text::for_log(&output)
                     );
                 }
             }
@@ -781,7 +781,7 @@ impl Core {
         now: Now,
     ) {
         let name = self.pipeline.name(id).to_string();
-        let tail = output_for_log(&output);
+        let tail = crate::text::for_log(&output);
         match self
             .pipeline
             .check_finished(id, fp, passed, output, now.mono)
@@ -1526,15 +1526,4 @@ fn kill_at(inst: &Instance) -> Option<Instant> {
         Some((at, false)) => Some(at),
         _ => None,
     }
-}
-
-/// The last lines of a command's output, for a log line.
-fn output_for_log(output: &str) -> String {
-    let trimmed = output.trim();
-    if trimmed.is_empty() {
-        return String::new();
-    }
-    let lines: Vec<&str> = trimmed.lines().collect();
-    let tail = lines[lines.len().saturating_sub(5)..].join(" | ");
-    format!("; output: {tail}")
 }

@@ -164,6 +164,7 @@ impl Sandbox {
             stdin: None,
             pre_exec: None,
             wrapper: None,
+            ignored: Vec::new(),
         }
     }
 }
@@ -181,7 +182,16 @@ pub struct TendBuilder<'a> {
     stdin: Option<Stdio>,
     pre_exec: Option<Box<dyn FnMut() -> std::io::Result<()> + Send + Sync>>,
     wrapper: Option<Vec<String>>,
+    ignored: Vec<i32>,
 }
+
+/// Sets the signals in argv[1] (comma-separated numbers) to SIG_IGN and execs
+/// argv[2..] in place, which keeps them ignored. Python's own SIGPIPE and
+/// SIGXFSZ are put back to the default first.
+const IGNORE_AND_EXEC: &str = "import os, signal, sys\n\
+    for s in (signal.SIGPIPE, signal.SIGXFSZ): signal.signal(s, signal.SIG_DFL)\n\
+    for s in sys.argv[1].split(','): signal.signal(int(s), signal.SIG_IGN)\n\
+    os.execv(sys.argv[2], sys.argv[2:])\n";
 
 impl TendBuilder<'_> {
     pub fn args<S: AsRef<str>>(mut self, args: &[S]) -> Self {
@@ -234,21 +244,37 @@ impl TendBuilder<'_> {
         self
     }
 
+    /// Starts tend with these signals ignored (SIG_IGN), as a careless parent
+    /// might: a launcher ignores them and execs tend in place, after
+    /// `unshare`, which itself resets SIGCHLD for its own sake.
+    pub fn ignoring(mut self, signals: &[i32]) -> Self {
+        self.ignored.extend(signals);
+        self
+    }
+
     pub fn start(self) -> Tend {
         let out = self.sandbox.path("tend.stdout");
         let err = self.sandbox.path("tend.stderr");
+        let mut tend = vec![TEND.to_string()];
+        if !self.ignored.is_empty() {
+            let list: Vec<String> = self.ignored.iter().map(|s| s.to_string()).collect();
+            tend.splice(
+                0..0,
+                ["python3", "-c", IGNORE_AND_EXEC, &list.join(",")].map(String::from),
+            );
+        }
         let mut cmd = if let Some(argv) = &self.wrapper {
             let mut c = Command::new(&argv[0]);
             c.args(&argv[1..]);
             c
         } else if self.pid1 {
             let mut c = Command::new("unshare");
-            c.args(["--pid", "--fork", "--kill-child", "--mount-proc", TEND]);
-            c.args(&self.args);
+            c.args(["--pid", "--fork", "--kill-child", "--mount-proc"]);
+            c.args(&tend).args(&self.args);
             c
         } else {
-            let mut c = Command::new(TEND);
-            c.args(&self.args);
+            let mut c = Command::new(&tend[0]);
+            c.args(&tend[1..]).args(&self.args);
             c
         };
         cmd.current_dir(self.sandbox.path(""))
@@ -333,6 +359,19 @@ impl Tend {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).unwrap();
     }
 
+    /// Sends signal number `signo` with kill(2): realtime signals too.
+    pub fn signal_number(&mut self, signo: i32) {
+        let pid = self.pid();
+        // SAFETY: kill(2) takes two integers.
+        let ret = unsafe { libc::kill(pid, signo) };
+        assert_eq!(
+            ret,
+            0,
+            "kill({pid}, {signo}): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+
     /// Waits for tend to exit and returns its exit code (128+N for a signal).
     pub fn wait(&mut self, timeout: Duration) -> i32 {
         let status = wait_for("tend to exit", timeout, || self.child.try_wait().unwrap());
@@ -409,5 +448,62 @@ impl Drop for Tend {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+    }
+}
+
+/// A seccomp filter that makes one system call fail with `errno` whenever its
+/// argument number `arg` equals `value` (its low 32 bits), and allows
+/// everything else: what a container runtime's seccomp profile can do. It is
+/// inherited by tend and everything tend starts.
+#[cfg(target_arch = "x86_64")]
+pub struct DenySyscall {
+    program: Vec<libc::sock_filter>,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl DenySyscall {
+    pub fn new(syscall: libc::c_long, arg: u32, value: u32, errno: i32) -> DenySyscall {
+        const LD_ABS_W: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+        const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+        const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+        const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+        const RET_ERRNO: u32 = 0x0005_0000;
+        const RET_ALLOW: u32 = 0x7fff_0000;
+        let op = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+        // struct seccomp_data: nr at 0, arch at 4, args[i] at 16 + 8 i (low half first).
+        DenySyscall {
+            program: vec![
+                op(LD_ABS_W, 0, 0, 4),
+                op(JEQ_K, 0, 5, AUDIT_ARCH_X86_64),
+                op(LD_ABS_W, 0, 0, 0),
+                op(JEQ_K, 0, 3, syscall as u32),
+                op(LD_ABS_W, 0, 0, 16 + 8 * arg),
+                op(JEQ_K, 0, 1, value),
+                op(RET_K, 0, 0, RET_ERRNO | errno as u32),
+                op(RET_K, 0, 0, RET_ALLOW),
+            ],
+        }
+    }
+
+    /// Installs the filter on the calling process. Async-signal-safe, for a
+    /// pre_exec hook.
+    pub fn install(&self) -> std::io::Result<()> {
+        let prog = libc::sock_fprog {
+            len: self.program.len() as u16,
+            filter: self.program.as_ptr() as *mut libc::sock_filter,
+        };
+        // SAFETY: prctl reads `prog`, which points into `self.program`.
+        unsafe {
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(
+                    libc::PR_SET_SECCOMP,
+                    libc::SECCOMP_MODE_FILTER,
+                    &prog as *const libc::sock_fprog,
+                ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
     }
 }

@@ -45,8 +45,23 @@ def config_text():
         return " config=MISSING"
 
 
+def signal_name(signum):
+    """The name tend logs: SIGHUP; realtime signals as `kill -l` names them
+    (SIGRTMIN, SIGRTMIN+2, ..., SIGRTMAX-1, SIGRTMAX)."""
+    low, high = signal.SIGRTMIN, signal.SIGRTMAX
+    if not low <= signum <= high:
+        return signal.Signals(signum).name
+    if signum == low:
+        return "SIGRTMIN"
+    if signum == high:
+        return "SIGRTMAX"
+    if signum - low <= (high - low) // 2:
+        return f"SIGRTMIN+{signum - low}"
+    return f"SIGRTMAX-{high - signum}"
+
+
 def on_signal(signum, _frame):
-    log(f"sig {signal.Signals(signum).name} t={time.monotonic():.6f}{config_text()}")
+    log(f"sig {signal_name(signum)} t={time.monotonic():.6f}{config_text()}")
     if signum == signal.SIGTERM and not (args.ignore_term or tag == "daemon" and args.daemon == "ignore-term"):
         log(f"exit {args.term_exit}")
         sys.exit(args.term_exit)
@@ -54,7 +69,7 @@ def on_signal(signum, _frame):
 
 def handle_everything():
     for s in signal.valid_signals():
-        if s in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD) or s >= signal.SIGRTMIN:
+        if s in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):
             continue
         signal.signal(s, on_signal)
 

@@ -1,0 +1,355 @@
+//! A config checked against the host it is about to run on, for what the
+//! file alone cannot say. What can never work here is an error: a
+//! working_dir that is not there, a command written as one string with
+//! spaces (`["nginx -t"]`: there is no shell to split it), a readiness file
+//! inside a watched path (tend would react to its own writes). What may work
+//! later is a warning: a watched path that does not exist yet, a relative
+//! one (it depends on the directory tend is started in).
+
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::path::{Component, Path, PathBuf};
+
+use super::{Action, Config, Spans, at, quote, quote_list};
+
+/// The warnings, or the first error, each naming its line.
+pub(super) fn inspect(
+    config: &Config,
+    spans: &Spans,
+    text: &str,
+    cwd: &Path,
+) -> Result<Vec<String>, String> {
+    let run_dir = working_dir(config, spans, text, cwd)?;
+    commands(config, spans, text, &run_dir)?;
+    readiness_files(config, spans, text, cwd)?;
+    Ok(watched_paths(config, spans, text, cwd))
+}
+
+/// Where commands run (a relative program is found from there); an error
+/// when working_dir is not a directory.
+fn working_dir(config: &Config, spans: &Spans, text: &str, cwd: &Path) -> Result<PathBuf, String> {
+    let Some(dir) = &config.service.working_dir else {
+        return Ok(cwd.to_path_buf());
+    };
+    let resolved = cwd.join(dir);
+    let problem = match fs::metadata(&resolved) {
+        Ok(meta) if meta.is_dir() => return Ok(resolved),
+        Ok(_) => "is not a directory".to_string(),
+        Err(e) => format!("cannot be used: {e}"),
+    };
+    Err(at(
+        text,
+        spans.working_dir.clone().unwrap_or_default(),
+        &format!("service.working_dir {dir:?} {problem}"),
+    ))
+}
+
+/// An error for the first command written as one string with spaces.
+fn commands(config: &Config, spans: &Spans, text: &str, run_dir: &Path) -> Result<(), String> {
+    let service = &config.service;
+    // The service's env is added to tend's, so its PATH wins.
+    let search_path = match service.env.get("PATH") {
+        Some(p) => Some(OsString::from(p)),
+        None => std::env::var_os("PATH"),
+    };
+    let mut commands = vec![(
+        service.command.as_ref(),
+        &spans.command,
+        "service.command".to_string(),
+    )];
+    for (w, ws) in config.watches.iter().zip(&spans.watches) {
+        commands.push((
+            w.check.as_ref(),
+            &ws.check,
+            format!("watch {:?}: `check`", w.name),
+        ));
+        if let Action::Exec(argv) = &w.action {
+            commands.push((Some(argv), &ws.exec, format!("watch {:?}: `exec`", w.name)));
+        }
+    }
+    for (argv, span, key) in commands {
+        if let Some(argv) = argv
+            && let Some(problem) = one_word_with_spaces(argv, run_dir, search_path.as_deref())
+        {
+            return Err(at(
+                text,
+                span.clone().unwrap_or_default(),
+                &format!("{key} {problem}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// An error when a readiness file lies inside a watched path.
+fn readiness_files(config: &Config, spans: &Spans, text: &str, cwd: &Path) -> Result<(), String> {
+    let files = [
+        (&config.readiness.file, &spans.file, "[readiness] file"),
+        (
+            &config.readiness.status_file,
+            &spans.status_file,
+            "[readiness] status_file",
+        ),
+    ];
+    for (file, span, key) in files {
+        let Some(file) = file else { continue };
+        for w in &config.watches {
+            if let Some(path) = w.paths.iter().find(|p| is_inside(cwd, file, p)) {
+                return Err(at(
+                    text,
+                    span.clone().unwrap_or_default(),
+                    &format!(
+                        "{key} {file:?} is inside {path:?}, which watch {:?} covers: tend would \
+                         take its own writes for config changes; put it outside every watched \
+                         path (e.g. under /run/tend)",
+                        w.name
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Warnings for watched paths that are relative or do not exist yet.
+fn watched_paths(config: &Config, spans: &Spans, text: &str, cwd: &Path) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for (w, ws) in config.watches.iter().zip(&spans.watches) {
+        for path in &w.paths {
+            let resolved = cwd.join(path);
+            if path.is_relative() {
+                warnings.push(at(
+                    text,
+                    ws.paths.clone(),
+                    &format!(
+                        "watch {:?}: {path:?} is relative: from the current directory it is {}; \
+                         tend resolves it from the directory it is started in",
+                        w.name,
+                        normalize(&resolved).display()
+                    ),
+                ));
+            }
+            if !resolved.exists() {
+                warnings.push(at(
+                    text,
+                    ws.paths.clone(),
+                    &format!(
+                        "watch {:?}: {} does not exist (yet); tend picks it up when it appears",
+                        w.name,
+                        normalize(&resolved).display()
+                    ),
+                ));
+            }
+        }
+    }
+    warnings
+}
+
+/// Why a one-word command with spaces in it, like `["nginx -t"]`, will not
+/// run: tend runs argv without a shell, so that word is the program's name,
+/// and no program has it. None when the command is fine, or when a program
+/// of that name does exist.
+fn one_word_with_spaces(argv: &[String], run_dir: &Path, path: Option<&OsStr>) -> Option<String> {
+    let [word] = argv else { return None };
+    if !word.contains(char::is_whitespace) || program_exists(word, run_dir, path) {
+        return None;
+    }
+    let shell = [
+        '\'', '"', '\\', '$', '`', '|', '&', ';', '<', '>', '(', ')', '*', '?', '~',
+    ];
+    let suggestion = if word.contains(shell) {
+        format!("[\"sh\", \"-c\", {}]", quote(word))
+    } else {
+        quote_list(
+            &word
+                .split_whitespace()
+                .map(String::from)
+                .collect::<Vec<_>>(),
+        )
+    };
+    Some(format!(
+        "is the one string {}, and no program has that name: tend runs a command without a \
+         shell, so give the program and each argument as its own string: {suggestion}",
+        quote(word)
+    ))
+}
+
+/// Whether `word` names a file: a path, or a name found in `path`, as
+/// execvp() would look for it in `run_dir`.
+fn program_exists(word: &str, run_dir: &Path, path: Option<&OsStr>) -> bool {
+    if word.contains('/') {
+        return run_dir.join(word).exists();
+    }
+    path.is_some_and(|p| std::env::split_paths(p).any(|dir| run_dir.join(dir).join(word).is_file()))
+}
+
+/// Whether `file` is `dir` or lies under it, as written and with symlinks
+/// resolved as far as the paths exist.
+fn is_inside(cwd: &Path, file: &Path, dir: &Path) -> bool {
+    let (file, dir) = (normalize(&cwd.join(file)), normalize(&cwd.join(dir)));
+    if file.starts_with(&dir) {
+        return true;
+    }
+    match (resolve(&file), resolve(&dir)) {
+        (Some(f), Some(d)) => f.starts_with(d),
+        _ => false,
+    }
+}
+
+/// `path` with its longest existing ancestor resolved (symlinks, `..`).
+fn resolve(path: &Path) -> Option<PathBuf> {
+    let existing = path.ancestors().find(|a| a.exists())?;
+    let rest = path.strip_prefix(existing).ok()?;
+    Some(fs::canonicalize(existing).ok()?.join(rest))
+}
+
+/// An absolute path without `.` and `..`, taken as written (a `..` after a
+/// symlink is resolved by `resolve`, not here).
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The error or the warnings for `text` with relative paths taken from `cwd`.
+    fn inspect_text(text: &str, cwd: &Path) -> Result<Vec<String>, String> {
+        Config::parse_on_host(text, cwd).map(|(_, warnings)| warnings)
+    }
+
+    fn dir() -> tempfile::TempDir {
+        tempfile::tempdir().unwrap()
+    }
+
+    #[test]
+    fn a_command_written_as_one_string_is_an_error_with_the_fix() {
+        let d = dir();
+        let e = inspect_text("[service]\ncommand = [\"nginx -t\"]\n", d.path()).unwrap_err();
+        assert!(e.starts_with("line 2, column 11: service.command"), "{e}");
+        assert!(e.contains("[\"nginx\", \"-t\"]"), "{e}");
+        let text = "[[watch]]\npaths = [\"/\"]\ncheck = [\"nginx  -t -q\"]\non_change = \"exec\"\n\
+                    exec = [\"kill -HUP $(cat /run/app.pid)\"]\n";
+        let e = inspect_text(text, d.path()).unwrap_err();
+        assert!(
+            e.starts_with("line 3, column 9: watch \"/\": `check`"),
+            "{e}"
+        );
+        assert!(e.contains("[\"nginx\", \"-t\", \"-q\"]"), "{e}");
+        let text = "[[watch]]\npaths = [\"/\"]\non_change = \"exec\"\n\
+                    exec = [\"kill -HUP $(cat /run/app.pid)\"]\n";
+        let e = inspect_text(text, d.path()).unwrap_err();
+        assert!(
+            e.starts_with("line 4, column 8: watch \"/\": `exec`"),
+            "{e}"
+        );
+        assert!(
+            e.contains("[\"sh\", \"-c\", \"kill -HUP $(cat /run/app.pid)\"]"),
+            "shell syntax needs a shell: {e}"
+        );
+    }
+
+    #[test]
+    fn a_program_whose_name_has_spaces_is_fine_when_it_exists() {
+        let d = dir();
+        fs::create_dir(d.path().join("bin")).unwrap();
+        fs::write(d.path().join("bin/my tool"), "").unwrap();
+        let ok = [
+            "[service]\ncommand = [\"./bin/my tool\"]\n".to_string(),
+            "[service]\ncommand = [\"my tool\"]\nenv = { PATH = \"/nope:bin\" }\n".to_string(),
+            format!(
+                "[service]\ncommand = [\"my tool\"]\nworking_dir = {:?}\nenv = {{ PATH = \"bin\" }}\n",
+                d.path().display().to_string()
+            ),
+            "[service]\ncommand = [\"nginx -t\", \"x\"]\n".to_string(),
+            "[service]\ncommand = [\"nginx\"]\n".to_string(),
+        ];
+        for text in ok {
+            assert!(inspect_text(&text, d.path()).is_ok(), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_working_dir_that_is_not_there_is_an_error() {
+        let d = dir();
+        let e = inspect_text("[service]\nworking_dir = \"/no/such/dir\"\n", d.path()).unwrap_err();
+        assert!(
+            e.starts_with("line 2, column 15: service.working_dir \"/no/such/dir\""),
+            "{e}"
+        );
+        assert!(e.contains("No such file or directory"), "{e}");
+        fs::write(d.path().join("file"), "").unwrap();
+        let e = inspect_text("[service]\nworking_dir = \"file\"\n", d.path()).unwrap_err();
+        assert!(e.contains("is not a directory"), "{e}");
+        fs::create_dir(d.path().join("srv")).unwrap();
+        assert!(inspect_text("[service]\nworking_dir = \"srv\"\n", d.path()).is_ok());
+        assert!(
+            Config::parse("[service]\nworking_dir = \"/no/such/dir\"\n").is_ok(),
+            "parsing alone (tend probe) does not look at the host"
+        );
+    }
+
+    #[test]
+    fn a_readiness_file_inside_a_watched_path_is_an_error() {
+        let d = dir();
+        fs::create_dir(d.path().join("conf")).unwrap();
+        let watch =
+            "[[watch]]\nname = \"app\"\npaths = [\"/etc/x\", \"conf\"]\non_change = \"none\"\n";
+        for readiness in [
+            "[readiness]\nstatus_file = \"conf/status.json\"\n",
+            "[readiness]\nstatus_file = \"./conf/../conf/tend/status.json\"\n",
+            "[readiness]\nfile = \"conf\"\n",
+            "[readiness]\nfile = \"/etc/x/y/ready\"\n",
+        ] {
+            let e = inspect_text(&format!("{readiness}{watch}"), d.path()).unwrap_err();
+            assert!(e.starts_with("line 2, column"), "{readiness}: {e}");
+            assert!(e.contains("watch \"app\" covers"), "{readiness}: {e}");
+        }
+        // Through a symlink to the watched directory.
+        std::os::unix::fs::symlink(d.path().join("conf"), d.path().join("link")).unwrap();
+        let text = format!("[readiness]\nfile = \"link/ready\"\n{watch}");
+        assert!(inspect_text(&text, d.path()).is_err());
+        // Beside it is fine, and so is a prefix that is not a parent.
+        let text =
+            format!("[readiness]\nfile = \"ready\"\nstatus_file = \"conf2/s.json\"\n{watch}");
+        assert!(inspect_text(&text, d.path()).is_ok());
+    }
+
+    #[test]
+    fn missing_and_relative_watched_paths_are_warnings() {
+        let d = dir();
+        fs::create_dir(d.path().join("conf")).unwrap();
+        let text = "[[watch]]\nname = \"app\"\npaths = [\"conf\", \"/no/such/path\"]\non_change = \"none\"\n";
+        let warnings = inspect_text(text, d.path()).unwrap();
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].starts_with("line 3, column 9: watch \"app\": \"conf\" is relative"));
+        assert!(
+            warnings[0].contains(&format!("it is {}", d.path().join("conf").display())),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings[1].contains("/no/such/path does not exist"),
+            "{warnings:?}"
+        );
+        let text = "[[watch]]\npaths = [\"./later\"]\non_change = \"none\"\n";
+        let warnings = inspect_text(text, d.path()).unwrap();
+        assert_eq!(warnings.len(), 2, "relative, and missing: {warnings:?}");
+        assert!(
+            warnings[1].contains(&format!(
+                "{} does not exist",
+                d.path().join("later").display()
+            )),
+            "{warnings:?}"
+        );
+    }
+}
