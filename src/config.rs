@@ -46,6 +46,31 @@ pub struct Service {
     pub stop_timeout: Duration,
     pub restart: Restart,
     pub process_group: bool,
+    /// The service reports readiness on NOTIFY_SOCKET (sd_notify).
+    pub notify: bool,
+    /// Without notify: the service is ready once this exits 0.
+    pub ready_check: Option<Vec<String>>,
+    pub ready_timeout: Duration,
+    pub restart_mode: RestartMode,
+}
+
+/// How a `restart` action replaces the running service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RestartMode {
+    /// Stop the old instance, then start the new one.
+    StopStart,
+    /// Start the new instance, wait until it is ready, then stop the old one.
+    Overlap,
+}
+
+impl RestartMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestartMode::StopStart => "stop-start",
+            RestartMode::Overlap => "overlap",
+        }
+    }
 }
 
 impl Default for Service {
@@ -58,6 +83,10 @@ impl Default for Service {
             stop_timeout: Duration::from_secs(10),
             restart: Restart::Never,
             process_group: false,
+            notify: false,
+            ready_check: None,
+            ready_timeout: Duration::from_secs(30),
+            restart_mode: RestartMode::StopStart,
         }
     }
 }
@@ -249,6 +278,17 @@ impl Config {
         .unwrap();
         writeln!(out, "restart = {}", quote(s.restart.as_str())).unwrap();
         writeln!(out, "process_group = {}", s.process_group).unwrap();
+        writeln!(out, "notify = {}", s.notify).unwrap();
+        if let Some(argv) = &s.ready_check {
+            writeln!(out, "ready_check = {}", quote_list(argv)).unwrap();
+        }
+        writeln!(
+            out,
+            "ready_timeout = {}",
+            quote(&format_duration(s.ready_timeout))
+        )
+        .unwrap();
+        writeln!(out, "restart_mode = {}", quote(s.restart_mode.as_str())).unwrap();
 
         let r = &self.readiness;
         if r.file.is_some() || r.status_file.is_some() {
@@ -333,6 +373,10 @@ struct RawService {
     stop_timeout: Option<Spanned<Dur>>,
     restart: Option<Restart>,
     process_group: Option<bool>,
+    notify: Option<bool>,
+    ready_check: Option<Spanned<Argv>>,
+    ready_timeout: Option<Spanned<Dur>>,
+    restart_mode: Option<RestartMode>,
 }
 
 impl RawService {
@@ -352,6 +396,25 @@ impl RawService {
             )?,
             restart: self.restart.unwrap_or(d.restart),
             process_group: self.process_group.unwrap_or(d.process_group),
+            notify: self.notify.unwrap_or(d.notify),
+            ready_check: match (self.ready_check, self.notify) {
+                (Some(check), Some(true)) => {
+                    return Err(at(
+                        text,
+                        check.span(),
+                        "`ready_check` is for services without `notify`: with notify = true, \
+                         READY=1 says when the service is ready",
+                    ));
+                }
+                (check, _) => check.map(|a| a.into_inner().0),
+            },
+            ready_timeout: not_zero(
+                text,
+                self.ready_timeout,
+                d.ready_timeout,
+                "`ready_timeout` is 0: no start could ever be ready in time",
+            )?,
+            restart_mode: self.restart_mode.unwrap_or(d.restart_mode),
         })
     }
 }
@@ -794,6 +857,36 @@ debounce = "2m"
         assert_eq!(Config::parse(&c.describe()).unwrap(), c);
         let e = err("[[watch]]\npaths = [\"/x\"]\non_change = \"none\"\nrecheck = \"soon\"\n");
         assert!(e.contains("line 4") && e.contains("\"soon\""), "{e}");
+    }
+
+    #[test]
+    fn readiness_of_the_service_and_the_restart_mode() {
+        let c = Config::parse("").unwrap();
+        assert!(!c.service.notify);
+        assert_eq!(c.service.ready_timeout, Duration::from_secs(30));
+        assert_eq!(c.service.restart_mode, RestartMode::StopStart);
+        let c = Config::parse(
+            "[service]\nnotify = true\nready_timeout = \"5s\"\nrestart_mode = \"overlap\"\n",
+        )
+        .unwrap();
+        assert!(c.service.notify);
+        assert_eq!(c.service.ready_timeout, Duration::from_secs(5));
+        assert_eq!(c.service.restart_mode, RestartMode::Overlap);
+        assert_eq!(Config::parse(&c.describe()).unwrap(), c);
+        let c =
+            Config::parse("[service]\nready_check = [\"curl\", \"-fs\", \"http://127.0.0.1/\"]\n")
+                .unwrap();
+        assert_eq!(c.service.ready_check.as_ref().unwrap()[0], "curl");
+        assert_eq!(Config::parse(&c.describe()).unwrap(), c);
+        let e = err("[service]\nnotify = true\nready_check = [\"true\"]\n");
+        assert!(
+            e.contains("line 3") && e.contains("without `notify`"),
+            "{e}"
+        );
+        let e = err("[service]\nrestart_mode = \"rolling\"\n");
+        assert!(e.contains("overlap") && e.contains("line 2"), "{e}");
+        let e = err("[service]\nready_timeout = \"0s\"\n");
+        assert!(e.contains("line 2") && e.contains("ready_timeout"), "{e}");
     }
 
     #[test]

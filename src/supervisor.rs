@@ -20,7 +20,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::time::TimeSpec;
 use nix::unistd::Pid;
 
-use crate::config::Config;
+use crate::config::{Config, RestartMode};
 use crate::core::{Command, Content, Core, Event, Exit, Now, Settings, SpawnFailure, SpawnKind};
 use crate::process::job::Job;
 use crate::process::reaper;
@@ -70,10 +70,10 @@ impl Supervisor {
             process_group: config.service.process_group,
             pid1,
             readiness_files: readiness.configured(),
-            notify: false,
-            ready_check: None,
-            ready_timeout: std::time::Duration::from_secs(30),
-            overlap: false,
+            notify: config.service.notify,
+            ready_check: config.service.ready_check.clone(),
+            ready_timeout: config.service.ready_timeout,
+            overlap: config.service.restart_mode == RestartMode::Overlap,
         };
         Ok(Supervisor {
             core: Core::new(settings, &config.watches),
