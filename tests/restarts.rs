@@ -1,0 +1,145 @@
+//! Readiness of the service (ready_check, ready_timeout) and overlap
+//! restarts: the new instance starts next to the old one, which is stopped
+//! only once the new one is ready.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use common::kubelet::project;
+use common::*;
+
+/// `ready_check` passes while `marker` exists.
+fn ready_check(marker: &Path) -> String {
+    toml_list(&["test".into(), "-e".into(), marker.display().to_string()])
+}
+
+/// A kubelet volume at config/ restarting the service with `mode`, ready
+/// while `marker` exists.
+fn overlap(sb: &Sandbox, marker: &Path, extra: &str) -> PathBuf {
+    let vol = sb.path("config");
+    project(&vol, &[("app.conf", "v0")]);
+    sb.config(&format!(
+        "[service]\ncommand = {}\nrestart_mode = \"overlap\"\nready_check = {}\n{extra}\n{}\n\
+         [[watch]]\nname = \"app\"\npaths = [{:?}]\non_change = \"restart\"\n",
+        sb.service_toml(&["--config", &vol.join("app.conf").display().to_string()]),
+        ready_check(marker),
+        sb.readiness_toml(),
+        vol.display().to_string(),
+    ))
+}
+
+/// The pid= of each `service start` line.
+fn start_pids(sb: &Sandbox) -> Vec<i64> {
+    sb.log("service start")
+        .iter()
+        .map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("pid="))
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn with_ready_check_tend_is_ready_only_once_it_passes() {
+    let sb = Sandbox::new();
+    let marker = sb.path("serving");
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = {}\nready_check = {}\n{}",
+        sb.service_toml(&[]),
+        ready_check(&marker),
+        sb.readiness_toml()
+    ));
+    let _tend = sb.tend().config(&cfg).start();
+    sb.wait_log("service start", 1, secs(10.0));
+    let st = sb.wait_state("starting", secs(5.0));
+    assert_eq!(st["ready"], false);
+    assert!(st["service"]["pid"].as_i64().is_some());
+    std::thread::sleep(secs(0.3));
+    assert!(!sb.is_ready(), "not ready before ready_check passes");
+    fs::write(&marker, "").unwrap();
+    sb.wait_ready(true, secs(5.0));
+}
+
+#[test]
+fn a_start_not_ready_within_ready_timeout_has_failed_and_is_restarted() {
+    let sb = Sandbox::new();
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = {}\nready_check = [\"false\"]\nready_timeout = \"500ms\"\nrestart = \"on-failure\"\n{}",
+        sb.service_toml(&[]),
+        sb.readiness_toml()
+    ));
+    let tend = sb.tend().config(&cfg).start();
+    tend.wait_stderr("did not become ready within 500ms: stopping it", secs(10.0));
+    sb.wait_log("service sig SIGTERM", 1, secs(5.0));
+    sb.wait_log("service start", 2, secs(10.0));
+    assert!(!sb.is_ready());
+}
+
+#[test]
+fn an_overlap_restart_stops_the_old_instance_only_once_the_new_one_is_ready() {
+    let sb = Sandbox::new();
+    let marker = sb.path("serving");
+    fs::write(&marker, "").unwrap();
+    let cfg = overlap(&sb, &marker, "");
+    let _tend = sb.tend().config(&cfg).start_ready();
+    fs::remove_file(&marker).unwrap();
+    project(&sb.path("config"), &[("app.conf", "v1")]);
+    sb.wait_log("service start", 2, secs(10.0));
+    let st = wait_for("two instances in the status", secs(5.0), || {
+        sb.status()
+            .filter(|s| s["service"]["instances"].as_array().map(Vec::len) == Some(2))
+    });
+    assert_eq!(st["state"], "restarting");
+    assert_eq!(st["ready"], true, "the old instance still serves");
+    std::thread::sleep(secs(0.3));
+    assert!(
+        sb.log("service sig SIGTERM").is_empty(),
+        "the old instance is not stopped before the new one is ready"
+    );
+    fs::write(&marker, "").unwrap();
+    sb.wait_log("service sig SIGTERM", 1, secs(5.0));
+    let pids = start_pids(&sb);
+    let st = wait_for("the new instance alone", secs(5.0), || {
+        sb.status()
+            .filter(|s| s["service"]["instances"].as_array().map(Vec::len) == Some(1))
+    });
+    assert_eq!(st["service"]["pid"].as_i64(), Some(pids[1]));
+    assert_eq!(st["watches"][0]["result"], "applied");
+    sb.wait_ready(true, secs(5.0));
+    assert!(
+        sb.log("service start")
+            .last()
+            .unwrap()
+            .ends_with("config=v1")
+    );
+}
+
+#[test]
+fn a_new_instance_never_ready_is_stopped_and_the_old_one_keeps_serving() {
+    let sb = Sandbox::new();
+    let marker = sb.path("serving");
+    fs::write(&marker, "").unwrap();
+    let cfg = overlap(&sb, &marker, "ready_timeout = \"1s\"");
+    let tend = sb.tend().config(&cfg).start_ready();
+    fs::remove_file(&marker).unwrap();
+    project(&sb.path("config"), &[("app.conf", "v1")]);
+    tend.wait_stderr(
+        "the new instance did not become ready within 1s: it is stopped and the old one keeps serving",
+        secs(10.0),
+    );
+    let pids = start_pids(&sb);
+    let st = sb.wait_state("reloading", secs(5.0));
+    assert_eq!(st["service"]["pid"].as_i64(), Some(pids[0]), "{st}");
+    assert_eq!(st["watches"][0]["result"], "action_failed");
+    sb.wait_log("service exit", 1, secs(5.0));
+    assert_eq!(
+        sb.log("service sig SIGTERM").len(),
+        1,
+        "only the new one was stopped"
+    );
+}
