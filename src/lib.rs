@@ -11,6 +11,7 @@ pub mod log;
 pub mod probe;
 pub mod process;
 pub mod signals;
+pub mod sockets;
 pub mod status;
 pub mod supervisor;
 pub mod watch;
