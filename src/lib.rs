@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod core;
 pub mod log;
+pub mod notify;
 pub mod probe;
 pub mod process;
 pub mod signals;
