@@ -166,6 +166,8 @@ impl Supervisor {
                 working_dir: self.working_dir.as_deref(),
                 take_terminal: self.take_terminal,
                 output: Output::Inherit,
+                sockets: None,
+                extra_env: &[],
             }),
             SpawnKind::Job => Job::start(argv, &self.env, self.working_dir.as_deref()).map(|job| {
                 let pid = job.pid();

@@ -45,6 +45,8 @@ impl Job {
             working_dir,
             take_terminal: false,
             output: Output::Pipe(write),
+            sockets: None,
+            extra_env: &[],
         })?;
         Ok(Job {
             pid,

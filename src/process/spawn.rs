@@ -12,10 +12,21 @@
 //! Every child gets its own process group (`process_group(0)`, never `setsid`)
 //! so a stop or a timeout can reach its whole group, and a terminal's Ctrl-C
 //! reaches the service once, not once directly and once forwarded by tend.
+//!
+//! A service that gets listening sockets needs `LISTEN_PID`, its own pid,
+//! which exists only after fork, while std builds the environment before it
+//! and `setenv` in the child is not async-signal-safe. So that spawn builds
+//! argv, the whole environment and the `$PATH` candidates in the parent
+//! ([`Exec`]), and the hook ends in its own `execve(2)`, after writing the
+//! pid's digits into a buffer on its stack. std still does stdio, the
+//! working directory and the process group before the hook runs (`do_exec`
+//! in std's `sys/process/unix/unix.rs`), so both ways start the same child.
 
 use std::collections::BTreeMap;
+use std::ffi::{CString, OsStr, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -25,6 +36,7 @@ use nix::fcntl::OFlag;
 use nix::unistd::Pid;
 
 use crate::signals::{self, Disposition};
+use crate::sockets::{self, Held};
 
 /// What to start, and how.
 pub struct Spec<'a> {
@@ -35,6 +47,12 @@ pub struct Spec<'a> {
     /// when tend itself owned the foreground of its stdin terminal).
     pub take_terminal: bool,
     pub output: Output,
+    /// The listening sockets, which the child gets as fds 3.. with
+    /// `LISTEN_FDS`, `LISTEN_FDNAMES` and `LISTEN_PID` (the service). None,
+    /// or none held, for everything else: they stay close-on-exec.
+    pub sockets: Option<&'a Held>,
+    /// Set after `env`, overriding it (`NOTIFY_SOCKET`).
+    pub extra_env: &'a [(String, String)],
 }
 
 /// Where the child's stdio goes.
@@ -115,15 +133,22 @@ pub fn spawn(spec: Spec<'_>) -> Result<Pid, SpawnError> {
         }
     }
 
-    let mut cmd = Command::new(program);
-    cmd.args(&spec.argv[1..]).envs(spec.env).process_group(0);
-    if let Some(dir) = spec.working_dir {
-        cmd.current_dir(dir);
-    }
     let other = |source: io::Error| SpawnError::Other {
         program: program.clone(),
         source,
     };
+    let mut cmd = Command::new(program);
+    cmd.args(&spec.argv[1..]).process_group(0);
+    let mut exec = match spec.sockets.filter(|held| held.count() > 0) {
+        Some(held) => Some(Exec::new(&spec, held).map_err(other)?),
+        None => {
+            cmd.envs(spec.env).envs(spec.extra_env.iter().cloned());
+            None
+        }
+    };
+    if let Some(dir) = spec.working_dir {
+        cmd.current_dir(dir);
+    }
     if let Output::Pipe(fd) = spec.output {
         let dup = fd.try_clone().map_err(other)?;
         // An empty pipe rather than Stdio::null(): /dev/null may not exist
@@ -149,8 +174,8 @@ pub fn spawn(spec: Spec<'_>) -> Result<Pid, SpawnError> {
     // SAFETY: SIGRTMAX is a plain read of a libc constant, done before fork.
     let last_signal = libc::SIGRTMAX();
     // SAFETY: the hook only calls async-signal-safe functions (tcsetpgrp,
-    // getpid, rt_sigaction, sigprocmask, write) on stack values, and never
-    // allocates.
+    // getpid, rt_sigaction, sigprocmask, fcntl, write, execve) on stack
+    // values and on `exec`, built before fork, and never allocates.
     unsafe {
         cmd.pre_exec(move || {
             let failed = |step: Step, errno: Errno| {
@@ -169,10 +194,22 @@ pub fn spawn(spec: Spec<'_>) -> Result<Pid, SpawnError> {
                     e => return failed(Step::Tcsetpgrp, e),
                 }
             }
-            match reset_signal_state(last_signal) {
-                Ok(()) => Ok(()),
-                Err((step, e)) => failed(step, e),
+            if let Err((step, e)) = reset_signal_state(last_signal) {
+                return failed(step, e);
             }
+            let Some(exec) = exec.as_mut() else {
+                return Ok(());
+            };
+            for fd in exec.sockets.clone() {
+                // The sockets sit at 3.. already (see sockets::bind_all):
+                // only close-on-exec has to go.
+                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                    return failed(Step::KeepSocket(fd), Errno::last());
+                }
+            }
+            // Returns only when no candidate could be executed: std then
+            // reports the errno as it would a failed exec of its own.
+            Err(io::Error::from_raw_os_error(exec.exec() as i32))
         });
     }
 
@@ -210,23 +247,34 @@ enum Step {
     Tcsetpgrp,
     RtSigaction(i32),
     Sigprocmask,
+    /// Clearing close-on-exec on a listening socket's fd.
+    KeepSocket(i32),
 }
 
 impl Step {
-    /// Two bytes the child writes to the report pipe: which call, which signal.
-    fn encode(self) -> [u8; 2] {
-        match self {
-            Step::Tcsetpgrp => [1, 0],
-            Step::RtSigaction(signo) => [2, signo as u8],
-            Step::Sigprocmask => [3, 0],
-        }
+    /// Three bytes the child writes to the report pipe: which call, and the
+    /// signal or fd it was for.
+    fn encode(self) -> [u8; 3] {
+        let [lo, hi] = match self {
+            Step::RtSigaction(n) | Step::KeepSocket(n) => (n as u16).to_le_bytes(),
+            Step::Tcsetpgrp | Step::Sigprocmask => [0, 0],
+        };
+        let call = match self {
+            Step::Tcsetpgrp => 1,
+            Step::RtSigaction(_) => 2,
+            Step::Sigprocmask => 3,
+            Step::KeepSocket(_) => 4,
+        };
+        [call, lo, hi]
     }
 
-    fn decode(record: [u8; 2]) -> Option<Step> {
-        match record {
-            [1, _] => Some(Step::Tcsetpgrp),
-            [2, signo] => Some(Step::RtSigaction(i32::from(signo))),
-            [3, _] => Some(Step::Sigprocmask),
+    fn decode(record: [u8; 3]) -> Option<Step> {
+        let n = i32::from(u16::from_le_bytes([record[1], record[2]]));
+        match record[0] {
+            1 => Some(Step::Tcsetpgrp),
+            2 => Some(Step::RtSigaction(n)),
+            3 => Some(Step::Sigprocmask),
+            4 => Some(Step::KeepSocket(n)),
             _ => None,
         }
     }
@@ -236,9 +284,9 @@ impl Step {
     /// exited), so this never waits: the pipe is non-blocking, and EAGAIN
     /// means the child failed elsewhere (exec, chdir) and wrote nothing.
     fn read(report: &OwnedFd) -> Option<Step> {
-        let mut record = [0u8; 2];
+        let mut record = [0u8; 3];
         match nix::unistd::read(report, &mut record) {
-            Ok(2) => Step::decode(record),
+            Ok(3) => Step::decode(record),
             Ok(_) | Err(Errno::EAGAIN) => None,
             Err(e) => {
                 tracing::warn!("read() on the spawn report pipe failed: {e}");
@@ -256,8 +304,168 @@ impl std::fmt::Display for Step {
                 write!(f, "rt_sigaction({}, SIG_DFL)", signals::describe(*signo))
             }
             Step::Sigprocmask => f.write_str("sigprocmask(SIG_SETMASK, empty)"),
+            Step::KeepSocket(fd) => write!(f, "fcntl({fd}, F_SETFD, 0) for a listening socket"),
         }
     }
+}
+
+/// An `execve(2)` prepared in the parent for a child that gets listening
+/// sockets: argv, the whole environment (tend's, then `env`, then
+/// `extra_env`, then `LISTEN_*`) and the paths to try, so that the hook after
+/// fork only fills in `LISTEN_PID` and executes.
+struct Exec {
+    /// What execve tries, in order, as execvp would: the program itself when
+    /// it holds a '/', else each entry of the child's `$PATH` joined with it.
+    candidates: Vec<CString>,
+    _argv: Vec<CString>,
+    argv: Vec<*const libc::c_char>,
+    _env: Vec<CString>,
+    /// NULL-terminated; the child points entry `pid_at` at its `LISTEN_PID`.
+    envp: Vec<*const libc::c_char>,
+    pid_at: usize,
+    /// The fds the child keeps open across exec.
+    sockets: std::ops::Range<i32>,
+}
+
+// SAFETY: the pointers point into the CStrings that the same Exec owns, whose
+// heap buffers never move; only the forked child writes (to `envp`).
+unsafe impl Send for Exec {}
+unsafe impl Sync for Exec {}
+
+/// glibc's search path when `$PATH` is unset (`confstr(_CS_PATH)`).
+const DEFAULT_PATH: &[u8] = b"/bin:/usr/bin";
+
+const LISTEN_PID: &[u8] = b"LISTEN_PID=";
+
+impl Exec {
+    fn new(spec: &Spec<'_>, held: &Held) -> io::Result<Exec> {
+        let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+        let pairs = spec
+            .env
+            .iter()
+            .chain(spec.extra_env.iter().map(|(k, v)| (k, v)));
+        env.extend(pairs.map(|(k, v)| (OsString::from(k), OsString::from(v))));
+        env.insert("LISTEN_FDS".into(), held.count().to_string().into());
+        env.insert("LISTEN_FDNAMES".into(), held.names().into());
+        env.remove(OsStr::new("LISTEN_PID"));
+
+        let nul = |what: &str| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{what} holds a NUL byte"),
+            )
+        };
+        let program = spec.argv[0].as_bytes();
+        let path = env.get(OsStr::new("PATH")).map(|p| p.as_bytes());
+        let candidates = search(program, path.unwrap_or(DEFAULT_PATH))
+            .into_iter()
+            .map(|c| CString::new(c).map_err(|_| nul("$PATH")))
+            .collect::<io::Result<Vec<_>>>()?;
+        let owned_argv = spec
+            .argv
+            .iter()
+            .map(|a| CString::new(a.as_bytes()).map_err(|_| nul("the command")))
+            .collect::<io::Result<Vec<_>>>()?;
+        let owned_env = env
+            .into_iter()
+            .map(|(k, v)| {
+                let mut var = k.into_vec();
+                var.push(b'=');
+                var.extend(v.into_vec());
+                CString::new(var).map_err(|_| nul("the environment"))
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+
+        let argv = owned_argv
+            .iter()
+            .map(|a| a.as_ptr())
+            .chain([std::ptr::null()]);
+        let mut envp: Vec<_> = owned_env.iter().map(|v| v.as_ptr()).collect();
+        let pid_at = envp.len();
+        envp.extend([std::ptr::null(), std::ptr::null()]);
+        let first = sockets::FIRST_FD;
+        Ok(Exec {
+            candidates,
+            argv: argv.collect(),
+            _argv: owned_argv,
+            envp,
+            _env: owned_env,
+            pid_at,
+            sockets: first..first + held.count() as i32,
+        })
+    }
+
+    /// Executes the first candidate that can be, with `LISTEN_PID` set to the
+    /// caller's pid. Returns only when none could, with the errno execvp
+    /// would give: EACCES if some candidate was not executable, else ENOENT
+    /// (or the first other error). Unlike execvp it does not hand a script
+    /// without `#!` to /bin/sh. Async-signal-safe: no allocation.
+    fn exec(&mut self) -> Errno {
+        let mut pid_var = [0u8; 24];
+        // SAFETY: getpid cannot fail.
+        write_pid_var(&mut pid_var, unsafe { libc::getpid() });
+        self.envp[self.pid_at] = pid_var.as_ptr().cast();
+        let mut denied = false;
+        for path in &self.candidates {
+            // SAFETY: NUL-terminated strings and NULL-terminated arrays, all
+            // alive for the call.
+            unsafe { libc::execve(path.as_ptr(), self.argv.as_ptr(), self.envp.as_ptr()) };
+            match Errno::last() {
+                Errno::EACCES => denied = true,
+                Errno::ENOENT
+                | Errno::ENOTDIR
+                | Errno::ESTALE
+                | Errno::ENODEV
+                | Errno::ETIMEDOUT => {}
+                other => return other,
+            }
+        }
+        if denied { Errno::EACCES } else { Errno::ENOENT }
+    }
+}
+
+/// The paths execvp tries for `program` with this `$PATH`.
+fn search(program: &[u8], path: &[u8]) -> Vec<Vec<u8>> {
+    if program.is_empty() {
+        return Vec::new();
+    }
+    if program.contains(&b'/') {
+        return vec![program.to_vec()];
+    }
+    path.split(|&b| b == b':')
+        .map(|dir| match dir {
+            // An empty entry is the working directory.
+            b"" => program.to_vec(),
+            dir => {
+                let mut p = dir.to_vec();
+                if !dir.ends_with(b"/") {
+                    p.push(b'/');
+                }
+                p.extend_from_slice(program);
+                p
+            }
+        })
+        .collect()
+}
+
+/// "LISTEN_PID=<pid>\0" into `out`, without allocating.
+fn write_pid_var(out: &mut [u8; 24], pid: libc::pid_t) {
+    out[..LISTEN_PID.len()].copy_from_slice(LISTEN_PID);
+    let mut digits = [0u8; 10];
+    let mut n = pid.unsigned_abs();
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        n /= 10;
+        len += 1;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..len {
+        out[LISTEN_PID.len() + i] = digits[len - 1 - i];
+    }
+    out[LISTEN_PID.len() + len] = 0;
 }
 
 /// Default dispositions for every signal and an empty mask. Async-signal-safe.
@@ -286,6 +494,39 @@ fn reset_signal_state(last_signal: i32) -> Result<(), (Step, Errno)> {
 mod tests {
     use super::*;
 
+    fn pid_var(pid: libc::pid_t) -> String {
+        let mut out = [0xffu8; 24];
+        write_pid_var(&mut out, pid);
+        std::ffi::CStr::from_bytes_until_nul(&out)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string()
+    }
+
+    #[test]
+    fn listen_pid_is_written_as_plain_decimal() {
+        assert_eq!(pid_var(1), "LISTEN_PID=1");
+        assert_eq!(pid_var(42), "LISTEN_PID=42");
+        assert_eq!(pid_var(4_194_304), "LISTEN_PID=4194304");
+        assert_eq!(pid_var(i32::MAX), "LISTEN_PID=2147483647");
+    }
+
+    #[test]
+    fn the_program_is_searched_as_execvp_does() {
+        let s = |program: &str, path: &str| -> Vec<String> {
+            search(program.as_bytes(), path.as_bytes())
+                .into_iter()
+                .map(|c| String::from_utf8(c).unwrap())
+                .collect()
+        };
+        assert_eq!(s("app", "/usr/bin:/bin/"), ["/usr/bin/app", "/bin/app"]);
+        assert_eq!(s("./app", "/usr/bin"), ["./app"]);
+        assert_eq!(s("/opt/app", "/usr/bin"), ["/opt/app"]);
+        assert_eq!(s("app", ":/bin"), ["app", "/bin/app"]);
+        assert!(s("", "/bin").is_empty());
+    }
+
     #[test]
     fn a_failed_step_survives_the_trip_through_the_report_pipe() {
         for step in [
@@ -294,10 +535,12 @@ mod tests {
             Step::RtSigaction(33),
             Step::RtSigaction(libc::SIGRTMAX()),
             Step::Sigprocmask,
+            Step::KeepSocket(3),
+            Step::KeepSocket(1000),
         ] {
             assert_eq!(Step::decode(step.encode()), Some(step));
         }
-        assert_eq!(Step::decode([0, 0]), None);
+        assert_eq!(Step::decode([0, 0, 0]), None);
         assert_eq!(
             Step::RtSigaction(libc::SIGRTMIN() + 2).to_string(),
             "rt_sigaction(SIGRTMIN+2, SIG_DFL)"

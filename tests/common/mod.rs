@@ -8,6 +8,7 @@
 
 #![allow(dead_code)]
 
+pub mod alone;
 pub mod gate;
 pub mod http;
 pub mod kubelet;
