@@ -19,6 +19,7 @@ use serde::de::{self, Deserializer};
 use toml::Spanned;
 
 use crate::signals::SignalName;
+use crate::sockets::SocketSpec;
 
 mod duration;
 mod host;
@@ -34,6 +35,8 @@ pub struct Config {
     pub service: Service,
     pub readiness: Readiness,
     pub watches: Vec<Watch>,
+    /// Listening sockets tend holds for the service (fds 3.. in this order).
+    pub sockets: Vec<SocketSpec>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -238,7 +241,24 @@ impl Config {
             }
             watches.push(watch);
         }
+        let mut sockets: Vec<SocketSpec> = Vec::with_capacity(raw.socket.len());
+        for sock in raw.socket {
+            let span = sock.span();
+            let spec = sock.into_inner().into_spec(text, span.clone())?;
+            if sockets.iter().any(|s| s.name == spec.name) {
+                return Err(at(
+                    text,
+                    span,
+                    &format!(
+                        "two sockets are named {:?}: give each [[socket]] its own `name`",
+                        spec.name
+                    ),
+                ));
+            }
+            sockets.push(spec);
+        }
         let config = Config {
+            sockets,
             service: raw.service.into_service(text)?,
             readiness: Readiness {
                 file: raw.readiness.file.map(Spanned::into_inner),
@@ -301,6 +321,18 @@ impl Config {
             }
         }
 
+        for sock in &self.sockets {
+            out.push_str("\n[[socket]]\n");
+            writeln!(out, "name = {}", quote(&sock.name)).unwrap();
+            writeln!(out, "listen = {}", quote(&sock.listen.to_string())).unwrap();
+            if let Some(b) = sock.backlog {
+                writeln!(out, "backlog = {b}").unwrap();
+            }
+            if let Some(m) = sock.mode {
+                writeln!(out, "mode = \"{m:04o}\"").unwrap();
+            }
+        }
+
         for w in &self.watches {
             out.push_str("\n[[watch]]\n");
             writeln!(out, "name = {}", quote(&w.name)).unwrap();
@@ -353,6 +385,53 @@ struct RawConfig {
     readiness: RawReadiness,
     #[serde(default)]
     watch: Vec<RawWatch>,
+    #[serde(default)]
+    socket: Vec<Spanned<RawSocket>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSocket {
+    name: String,
+    listen: Spanned<String>,
+    backlog: Option<Spanned<u32>>,
+    mode: Option<Spanned<String>>,
+}
+
+impl RawSocket {
+    fn into_spec(self, text: &str, span: std::ops::Range<usize>) -> Result<SocketSpec, String> {
+        let listen_span = self.listen.span();
+        let listen = self
+            .listen
+            .into_inner()
+            .parse()
+            .map_err(|e: String| at(text, listen_span, &e))?;
+        let backlog = match self.backlog {
+            Some(b) if *b.get_ref() == 0 => {
+                return Err(at(
+                    text,
+                    b.span(),
+                    "`backlog` is 0: the kernel would queue no connection while no instance accepts",
+                ));
+            }
+            b => b.map(Spanned::into_inner),
+        };
+        let mode = match self.mode {
+            Some(m) => {
+                let span = m.span();
+                Some(crate::sockets::parse_mode(m.get_ref()).map_err(|e| at(text, span, &e))?)
+            }
+            None => None,
+        };
+        let spec = SocketSpec {
+            name: self.name,
+            listen,
+            backlog,
+            mode,
+        };
+        spec.validate().map_err(|e| at(text, span, &e))?;
+        Ok(spec)
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -887,6 +966,39 @@ debounce = "2m"
         assert!(e.contains("overlap") && e.contains("line 2"), "{e}");
         let e = err("[service]\nready_timeout = \"0s\"\n");
         assert!(e.contains("line 2") && e.contains("ready_timeout"), "{e}");
+    }
+
+    #[test]
+    fn sockets_are_listed_in_order_and_checked() {
+        let c = Config::parse(
+            "[[socket]]\nname = \"http\"\nlisten = \"0.0.0.0:8080\"\nbacklog = 512\n\
+             [[socket]]\nname = \"admin\"\nlisten = \"unix:/run/app/admin.sock\"\nmode = \"0660\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.sockets.len(), 2);
+        assert_eq!(c.sockets[0].name, "http");
+        assert_eq!(c.sockets[0].backlog, Some(512));
+        assert_eq!(c.sockets[1].mode, Some(0o660));
+        assert_eq!(Config::parse(&c.describe()).unwrap(), c);
+        for (bad, says) in [
+            ("listen = \"8080\"", "line 3"),
+            ("listen = \"localhost:80\"", "line 3"),
+            ("listen = \"unix:\"", "line 3"),
+            ("listen = \"127.0.0.1:80\"\nmode = \"0660\"", "mode"),
+            ("listen = \"unix:/x.sock\"\nmode = \"999\"", "line 4"),
+            ("listen = \"127.0.0.1:80\"\nbacklog = 0", "line 4"),
+        ] {
+            let e = err(&format!("[[socket]]\nname = \"s\"\n{bad}\n"));
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let e = err("[[socket]]\nname = \"a:b\"\nlisten = \"127.0.0.1:80\"\n");
+        assert!(e.contains("LISTEN_FDNAMES"), "{e}");
+        let e = err(
+            "[[socket]]\nname = \"s\"\nlisten = \"127.0.0.1:80\"\n[[socket]]\nname = \"s\"\nlisten = \"127.0.0.1:81\"\n",
+        );
+        assert!(e.contains("two sockets are named"), "{e}");
+        let e = err("[[socket]]\nlisten = \"127.0.0.1:80\"\n");
+        assert!(e.contains("name"), "{e}");
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use tend::cli::{self, Cli, Mode, Parsed};
 use tend::config::{self, Config, ConfigError};
-use tend::{log, probe, signals, supervisor};
+use tend::{log, probe, signals, sockets, supervisor};
 
 /// Why tend stopped before or instead of running the service.
 enum Failure {
@@ -95,7 +95,11 @@ fn run(cli: Cli) -> Result<i32, Failure> {
                     }
                 }));
             };
-            supervisor::Supervisor::new(&config, argv)
+            // Before anything else opens a file descriptor or starts a
+            // thread: the sockets take fds 3.. (see sockets.rs).
+            let sockets =
+                sockets::bind_all(&config.sockets).map_err(|e| Failure::Usage(e.to_string()))?;
+            supervisor::Supervisor::new(&config, argv, sockets)
                 .and_then(|s| s.run())
                 .map_err(Failure::Internal)
         }

@@ -21,11 +21,15 @@ use nix::sys::time::TimeSpec;
 use nix::unistd::Pid;
 
 use crate::config::{Config, RestartMode};
-use crate::core::{Command, Content, Core, Event, Exit, Now, Settings, SpawnFailure, SpawnKind};
+use crate::core::{
+    Command, Content, Core, Event, Exit, Notification, Now, Settings, SpawnFailure, SpawnKind,
+};
+use crate::notify::{self, NotifySocket};
 use crate::process::job::Job;
 use crate::process::reaper;
 use crate::process::spawn::{self, Output, Spec};
 use crate::signals;
+use crate::sockets::Held;
 use crate::status::Readiness;
 use crate::watch::{WatchId, Watcher};
 
@@ -41,10 +45,16 @@ pub struct Supervisor {
     env: BTreeMap<String, String>,
     working_dir: Option<PathBuf>,
     take_terminal: bool,
+    /// Listening sockets, held at fds 3.. for every start of the service.
+    sockets: Held,
+    /// NOTIFY_SOCKET, with `notify = true`.
+    notify: Option<NotifySocket>,
+    /// What the service gets besides `env` (NOTIFY_SOCKET).
+    service_env: Vec<(String, String)>,
 }
 
 impl Supervisor {
-    pub fn new(config: &Config, argv: Vec<String>) -> anyhow::Result<Supervisor> {
+    pub fn new(config: &Config, argv: Vec<String>, sockets: Held) -> anyhow::Result<Supervisor> {
         let pid1 = nix::unistd::getpid().as_raw() == 1;
         if !pid1 {
             // Orphans of the service come to tend instead of to the real init,
@@ -62,6 +72,20 @@ impl Supervisor {
         .context("signalfd() failed: tend cannot receive signals")?;
         let cwd = std::env::current_dir().context("cannot read the current directory")?;
         let readiness = Readiness::new(&config.readiness);
+        let notify = if config.service.notify {
+            Some(NotifySocket::new().context("cannot create the notify socket (notify = true)")?)
+        } else {
+            None
+        };
+        let service_env = notify
+            .iter()
+            .map(|n| {
+                (
+                    "NOTIFY_SOCKET".to_string(),
+                    n.path().to_string_lossy().into_owned(),
+                )
+            })
+            .collect();
         let settings = Settings {
             argv,
             stop_signal: config.service.stop_signal,
@@ -84,6 +108,9 @@ impl Supervisor {
             env: config.service.env.clone(),
             working_dir: config.service.working_dir.clone(),
             take_terminal: owns_terminal(),
+            sockets,
+            notify,
+            service_env,
         })
     }
 
@@ -166,8 +193,8 @@ impl Supervisor {
                 working_dir: self.working_dir.as_deref(),
                 take_terminal: self.take_terminal,
                 output: Output::Inherit,
-                sockets: None,
-                extra_env: &[],
+                sockets: Some(&self.sockets),
+                extra_env: &self.service_env,
             }),
             SpawnKind::Job => Job::start(argv, &self.env, self.working_dir.as_deref()).map(|job| {
                 let pid = job.pid();
@@ -218,8 +245,12 @@ impl Supervisor {
         .min();
         let timeout =
             deadline.map(|d| TimeSpec::from_duration(d.saturating_duration_since(Instant::now())));
-        let (signals, inotify, jobs) = {
+        let (signals, inotify, notify, jobs) = {
             let mut fds = vec![PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
+            let notify_at = self.notify.as_ref().map(|n| {
+                fds.push(PollFd::new(n.fd(), PollFlags::POLLIN));
+                fds.len() - 1
+            });
             let inotify_at = self.watcher.fd().map(|fd| {
                 fds.push(PollFd::new(fd, PollFlags::POLLIN));
                 fds.len() - 1
@@ -241,7 +272,12 @@ impl Supervisor {
                 .filter(|(at, _)| ready(*at))
                 .map(|(_, i)| i)
                 .collect();
-            (ready(0), inotify_at.is_some_and(ready), jobs)
+            (
+                ready(0),
+                inotify_at.is_some_and(ready),
+                notify_at.is_some_and(ready),
+                jobs,
+            )
         };
         let now = Instant::now();
         // Output first: a reaper pass below may finish these jobs.
@@ -250,6 +286,14 @@ impl Supervisor {
         }
         if signals {
             self.read_signals(events);
+        }
+        if notify && let Some(n) = &self.notify {
+            for (pid, datagram) in n.recv() {
+                events.push_back(Event::Notify {
+                    chain: notify::ancestry(pid),
+                    message: Notification::parse(&datagram),
+                });
+            }
         }
         if inotify {
             self.watcher.read_events(now);

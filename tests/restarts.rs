@@ -143,3 +143,45 @@ fn a_new_instance_never_ready_is_stopped_and_the_old_one_keeps_serving() {
         "only the new one was stopped"
     );
 }
+
+/// The NOTIFY_SOCKET the service got, from its environment.
+fn notify_socket(tend: &mut Tend) -> String {
+    let pid = common::svc::host_pid(tend);
+    let env = fs::read(format!("/proc/{pid}/environ")).unwrap();
+    env.split(|b| *b == 0)
+        .find_map(|kv| kv.strip_prefix(b"NOTIFY_SOCKET="))
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .expect("the service has NOTIFY_SOCKET")
+}
+
+#[test]
+fn with_notify_a_ready_1_from_outside_the_service_is_ignored() {
+    let sb = Sandbox::new();
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = {}\nnotify = true\nready_timeout = \"2s\"\nrestart = \"on-failure\"\n{}",
+        sb.service_toml(&[]),
+        sb.readiness_toml()
+    ));
+    let mut tend = sb.tend().config(&cfg).start();
+    sb.wait_log("service start", 1, secs(10.0));
+    let path = notify_socket(&mut tend);
+    // From a process in tend's PID namespace, but not of the service's tree
+    // (from outside the namespace the kernel gives no sender pid at all,
+    // and the message is dropped too).
+    let sent = std::process::Command::new("nsenter")
+        .args(["-t", &tend.pid().to_string(), "-p", "python3", "-c"])
+        .arg(format!(
+            "import socket; socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b'READY=1', {path:?})"
+        ))
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    tend.wait_stderr("outside the service's process tree", secs(5.0));
+    assert!(
+        !sb.is_ready(),
+        "READY=1 from the test process does not count"
+    );
+    // The service itself never says READY=1: its start fails.
+    tend.wait_stderr("did not become ready within 2s: stopping it", secs(10.0));
+    sb.wait_log("service start", 2, secs(10.0));
+}

@@ -12,11 +12,10 @@ restarted without dropping a request:
 
 CONFIG holds `greeting = TEXT`; GET / answers TEXT.
 """
-import http.server
 import os
+import selectors
 import signal
 import socket
-import socketserver
 import sys
 import threading
 
@@ -51,36 +50,45 @@ def listening_socket(port):
     return s
 
 
-class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = False  # finish the requests in flight before exiting
-    block_on_close = True
+def handle(conn, greeting):
+    """One request: read it, answer it, close after the answer is sent."""
+    with conn:
+        conn.settimeout(10)
+        request = b""
+        while b"\r\n\r\n" not in request and len(request) < 65536:
+            chunk = conn.recv(4096)
+            if not chunk:
+                return
+            request += chunk
+        body = f"{greeting}\n".encode()
+        conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        conn.shutdown(socket.SHUT_WR)
 
-    def __init__(self, sock, greeting):
-        self.greeting = greeting
-        http.server.HTTPServer.__init__(self, sock.getsockname(), Handler, bind_and_activate=False)
-        # Two instances accept on the same socket during a restart: whichever
-        # loses the race for a connection must not block in accept().
-        sock.setblocking(False)
-        self.socket = sock
 
-    def get_request(self):
-        conn, addr = self.socket.accept()
+def serve(sock, greeting, stop):
+    """Accepts until `stop` is set, then waits for the requests in flight."""
+    # Two instances accept on the same socket during a restart: whichever
+    # loses the race for a connection must not block in accept().
+    sock.setblocking(False)
+    selector = selectors.DefaultSelector()
+    selector.register(sock, selectors.EVENT_READ)
+    threads = []
+    while not stop.is_set():
+        if not selector.select(0.05):
+            continue
+        try:
+            conn, _ = sock.accept()
+        except BlockingIOError:
+            continue
         conn.setblocking(True)
-        return conn, addr
-
-
-class Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.0"
-
-    def do_GET(self):
-        body = f"{self.server.greeting}\n".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        t = threading.Thread(target=handle, args=(conn, greeting))
+        t.start()
+        threads.append(t)
+        threads = [t for t in threads if t.is_alive()]
+    selector.close()
+    sock.close()  # no more accept(): the next instance takes the backlog
+    for t in threads:
+        t.join()
 
 
 def main():
@@ -90,17 +98,12 @@ def main():
     config = sys.argv[1]
     port = int(sys.argv[2]) if len(sys.argv) > 2 else 8080
     greeting = read_greeting(config)
-    server = Server(listening_socket(port), greeting)
+    sock = listening_socket(port)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
     notify(f"READY=1\nSTATUS=serving {greeting!r}")
-    stop.wait()
+    serve(sock, greeting, stop)
     notify("STOPPING=1")
-    server.shutdown()      # no more accept(): the next instance takes the backlog
-    server.server_close()  # joins the handler threads: requests in flight complete
-    thread.join()
 
 
 if __name__ == "__main__":

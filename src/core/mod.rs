@@ -341,8 +341,8 @@ pub struct Core {
     /// ready_check is due for this instance then.
     ready_check_at: Option<(Pid, Instant)>,
     ready_check_delay: Duration,
-    /// The service's last STATUS= text.
-    service_status: Option<String>,
+    /// The last STATUS= text of each instance.
+    statuses: BTreeMap<Pid, String>,
     out: Vec<Command>,
 }
 
@@ -364,7 +364,7 @@ impl Core {
             reload: None,
             ready_check_at: None,
             ready_check_delay: READY_CHECK_INITIAL,
-            service_status: None,
+            statuses: BTreeMap::new(),
             out: Vec::new(),
         }
     }
@@ -504,7 +504,9 @@ impl Core {
             service: ServiceStatus {
                 pid: self.service_pid().map(Pid::as_raw),
                 restarts: self.restarts,
-                status: self.service_status.clone(),
+                status: self
+                    .service_pid()
+                    .and_then(|p| self.statuses.get(&p).cloned()),
                 instances,
             },
             watches: self
@@ -598,6 +600,7 @@ impl Core {
     // ------------------------------------------------------------ exits
 
     fn on_exit(&mut self, exit: Exit, now: Now) {
+        self.statuses.remove(&exit.pid);
         if let Some(at) = self.stopping.iter().position(|i| i.pid == exit.pid) {
             self.stopping.swap_remove(at);
             self.on_stopped(exit.pid, exit.status, now);
@@ -900,7 +903,6 @@ impl Core {
                     ready_by: gated.then(|| now.mono + self.settings.ready_timeout),
                     stop: None,
                 };
-                self.service_status = None;
                 if self.settings.ready_check.is_some() {
                     self.ready_check_at = Some((pid, now.mono));
                     self.ready_check_delay = READY_CHECK_INITIAL;
@@ -1324,17 +1326,22 @@ impl Core {
             .copied()
             .find(|p| self.current_pids().contains(p))
         else {
-            tracing::warn!(
-                pid = chain.first().map(|p| p.as_raw()),
-                "ignored a notification from a process outside the service's process tree"
-            );
+            if chain
+                .iter()
+                .any(|p| self.stopping.iter().any(|i| i.pid == *p))
+            {
+                tracing::debug!("a notification from an instance being stopped: nothing to do");
+            } else {
+                tracing::warn!(
+                    pid = chain.first().map(|p| p.as_raw()),
+                    "ignored a notification from a process outside the service's process tree"
+                );
+            }
             return;
         };
         if let Some(text) = message.status {
             tracing::debug!(pid = pid.as_raw(), status = text, "service status");
-            if Some(pid) == self.service_pid() {
-                self.service_status = Some(text);
-            }
+            self.statuses.insert(pid, text);
         }
         if message.reloading
             && let Some(r) = &mut self.reload

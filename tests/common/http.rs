@@ -47,36 +47,68 @@ pub fn wait_up(port: u16, timeout: Duration) -> String {
 
 pub type Record = (Instant, Result<String, String>);
 
-/// Requests sent one after another from a thread, each recorded with the
-/// time it completed.
+/// Requests sent one after another from one or more threads, each recorded
+/// with the time it completed (and how long it took).
 pub struct Load {
     stop: Arc<AtomicBool>,
     records: Arc<Mutex<Vec<Record>>>,
-    handle: Option<JoinHandle<()>>,
+    latencies: Arc<Mutex<Vec<(Instant, Duration)>>>,
+    handles: Vec<JoinHandle<()>>,
 }
 
 impl Load {
     /// At most `max_requests`, for at most `max_time`, with `pause` between them.
     pub fn start(port: u16, max_requests: usize, max_time: Duration, pause: Duration) -> Load {
+        Load::workers(1, port, max_requests, max_time, pause)
+    }
+
+    /// `workers` threads, each sending at most `max_requests`.
+    pub fn workers(
+        workers: usize,
+        port: u16,
+        max_requests: usize,
+        max_time: Duration,
+        pause: Duration,
+    ) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let records = Arc::new(Mutex::new(Vec::new()));
-        let (s, r) = (stop.clone(), records.clone());
-        let handle = std::thread::spawn(move || {
-            let started = Instant::now();
-            for _ in 0..max_requests {
-                if s.load(Ordering::Relaxed) || started.elapsed() > max_time {
-                    break;
-                }
-                let result = get(port);
-                r.lock().unwrap().push((Instant::now(), result));
-                std::thread::sleep(pause);
-            }
-        });
+        let latencies = Arc::new(Mutex::new(Vec::new()));
+        let handles = (0..workers)
+            .map(|_| {
+                let (s, r, l) = (stop.clone(), records.clone(), latencies.clone());
+                std::thread::spawn(move || {
+                    let started = Instant::now();
+                    for _ in 0..max_requests {
+                        if s.load(Ordering::Relaxed) || started.elapsed() > max_time {
+                            break;
+                        }
+                        let sent = Instant::now();
+                        let result = get(port);
+                        let done = Instant::now();
+                        if result.is_ok() {
+                            l.lock().unwrap().push((sent, done - sent));
+                        }
+                        r.lock().unwrap().push((done, result));
+                        std::thread::sleep(pause);
+                    }
+                })
+            })
+            .collect();
         Load {
             stop,
             records,
-            handle: Some(handle),
+            latencies,
+            handles,
         }
+    }
+
+    /// Stops the load; returns every record, and when each successful
+    /// request was sent and how long it took.
+    pub fn finish_timed(self) -> (Vec<Record>, Vec<(Instant, Duration)>) {
+        let latencies = self.latencies.clone();
+        let records = self.finish();
+        let l = std::mem::take(&mut *latencies.lock().unwrap());
+        (records, l)
     }
 
     /// Waits for a successful answer `body` completed after `since`, and
@@ -106,7 +138,7 @@ impl Load {
     /// Stops the load and returns every record.
     pub fn finish(mut self) -> Vec<Record> {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(h) = self.handle.take() {
+        for h in self.handles.drain(..) {
             h.join().unwrap();
         }
         std::mem::take(&mut *self.records.lock().unwrap())
