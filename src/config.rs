@@ -117,6 +117,29 @@ impl Restart {
 pub struct Readiness {
     pub file: Option<PathBuf>,
     pub status_file: Option<PathBuf>,
+    /// Readiness while a new config is rejected and the service keeps
+    /// running its last good one.
+    pub invalid_config: InvalidConfig,
+}
+
+/// `[readiness] invalid_config`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InvalidConfig {
+    /// Not ready: a rollout that waits for readiness stops.
+    #[default]
+    NotReady,
+    /// Ready: every replica that rejects an in-place edit keeps serving.
+    Ready,
+}
+
+impl InvalidConfig {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InvalidConfig::NotReady => "not_ready",
+            InvalidConfig::Ready => "ready",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -263,6 +286,7 @@ impl Config {
             readiness: Readiness {
                 file: raw.readiness.file.map(Spanned::into_inner),
                 status_file: raw.readiness.status_file.map(Spanned::into_inner),
+                invalid_config: raw.readiness.invalid_config.unwrap_or_default(),
             },
             watches,
         };
@@ -311,7 +335,10 @@ impl Config {
         writeln!(out, "restart_mode = {}", quote(s.restart_mode.as_str())).unwrap();
 
         let r = &self.readiness;
-        if r.file.is_some() || r.status_file.is_some() {
+        if r.file.is_some()
+            || r.status_file.is_some()
+            || r.invalid_config != InvalidConfig::NotReady
+        {
             out.push_str("\n[readiness]\n");
             if let Some(f) = &r.file {
                 writeln!(out, "file = {}", quote(&f.to_string_lossy())).unwrap();
@@ -319,6 +346,7 @@ impl Config {
             if let Some(f) = &r.status_file {
                 writeln!(out, "status_file = {}", quote(&f.to_string_lossy())).unwrap();
             }
+            writeln!(out, "invalid_config = {}", quote(r.invalid_config.as_str())).unwrap();
         }
 
         for sock in &self.sockets {
@@ -439,6 +467,7 @@ impl RawSocket {
 struct RawReadiness {
     file: Option<Spanned<PathBuf>>,
     status_file: Option<Spanned<PathBuf>>,
+    invalid_config: Option<InvalidConfig>,
 }
 
 #[derive(Deserialize, Default)]

@@ -448,6 +448,7 @@ mod tests {
     fn the_ready_file_exists_exactly_while_ready() {
         let d = tempfile::tempdir().unwrap();
         let cfg = config::Readiness {
+            invalid_config: Default::default(),
             file: Some(d.path().join("run/ready")),
             status_file: Some(d.path().join("run/status.json")),
         };
@@ -570,6 +571,7 @@ mod tests {
         // A file where the directory should be: every write fails.
         fs::write(d.path().join("run"), "in the way").unwrap();
         let cfg = config::Readiness {
+            invalid_config: Default::default(),
             file: Some(d.path().join("run/ready")),
             status_file: Some(d.path().join("run/status.json")),
         };

@@ -20,7 +20,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::time::TimeSpec;
 use nix::unistd::Pid;
 
-use crate::config::{Config, RestartMode};
+use crate::config::{Config, InvalidConfig, RestartMode};
 use crate::core::{
     Command, Content, Core, Event, Exit, Notification, Now, Settings, SpawnFailure, SpawnKind,
 };
@@ -98,6 +98,7 @@ impl Supervisor {
             ready_check: config.service.ready_check.clone(),
             ready_timeout: config.service.ready_timeout,
             overlap: config.service.restart_mode == RestartMode::Overlap,
+            ready_when_invalid: config.readiness.invalid_config == InvalidConfig::Ready,
         };
         Ok(Supervisor {
             core: Core::new(settings, &config.watches),

@@ -664,3 +664,33 @@ fn the_status_says_starting_then_reloading_with_a_pending_result() {
     let st = sb.wait_state("ready", secs(5.0));
     assert_eq!(st["watches"][0]["result"], "applied");
 }
+
+#[test]
+fn with_invalid_config_ready_a_rejected_edit_keeps_the_replica_ready() {
+    let sb = Sandbox::new();
+    let conf = sb.path("config/app.conf");
+    let cfg = k8s(
+        &sb,
+        "v0",
+        "",
+        &format!(
+            "on_change = \"signal\"\ncheck = {}\n",
+            validator(&sb, &conf)
+        ),
+    );
+    let text = fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("[readiness]\n", "[readiness]\ninvalid_config = \"ready\"\n");
+    fs::write(&cfg, text).unwrap();
+    let tend = sb.tend().config(&cfg).start_ready();
+    update(&sb, "INVALID");
+    let st = sb.wait_state("invalid_config", secs(5.0));
+    assert_eq!(
+        st["ready"], true,
+        "the service still runs its last good config"
+    );
+    assert!(sb.is_ready());
+    assert_eq!(probe(&cfg).0, 0);
+    assert!(tend.stderr().contains("check failed"));
+    assert!(sb.log("service sig ").is_empty());
+}

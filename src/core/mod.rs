@@ -210,6 +210,9 @@ pub struct Settings {
     pub ready_timeout: Duration,
     /// `restart_mode = "overlap"`: a restart starts the new instance first.
     pub overlap: bool,
+    /// `[readiness] invalid_config = "ready"`: a rejected change does not
+    /// turn readiness off while the service runs its last good config.
+    pub ready_when_invalid: bool,
 }
 
 impl Settings {
@@ -453,7 +456,7 @@ impl Core {
             Phase::Overlapping { old, .. } => old.ready,
             _ => false,
         };
-        let ready = serving && self.pipeline.all_good();
+        let ready = serving && self.pipeline.all_good(self.settings.ready_when_invalid);
         let invalid = self.pipeline.any_invalid();
         let state = match &self.phase {
             Phase::Stopping { .. } | Phase::Draining { .. } | Phase::Exited => State::Stopping,

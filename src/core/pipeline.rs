@@ -378,9 +378,13 @@ impl Pipeline {
             .min()
     }
 
-    /// Every watch's config is checked and applied.
-    pub fn all_good(&self) -> bool {
-        self.entries.iter().all(|e| e.good)
+    /// Every watch's config is checked and applied; with `invalid_ok`, a
+    /// watch whose newest content was rejected counts too (the service
+    /// still runs the last good config of it).
+    pub fn all_good(&self, invalid_ok: bool) -> bool {
+        self.entries
+            .iter()
+            .all(|e| e.good || (invalid_ok && e.result == WatchResult::Invalid))
     }
 
     pub fn any_invalid(&self) -> bool {

@@ -50,6 +50,7 @@ impl Fake {
             ready_check: None,
             ready_timeout: Duration::from_secs(30),
             overlap: false,
+            ready_when_invalid: false,
         };
         tweak(&mut settings);
         Fake {
@@ -1080,4 +1081,23 @@ fn a_stop_start_restart_without_notify_still_works_with_generations() {
     assert_ne!(old, new);
     assert_eq!(signalled(&c, old), vec![TERM, Signal::SIGCONT as i32]);
     assert_eq!(f.state(), (State::Ready, true));
+}
+
+#[test]
+fn with_invalid_config_ready_a_rejected_change_keeps_tend_ready() {
+    let mut f = Fake::custom(CHECKED, true, |s| s.ready_when_invalid = true);
+    f.tick();
+    f.content(0, 0);
+    f.exit(f.job("check"), OK);
+    f.content(0, 1);
+    f.exit(f.job("check"), FAIL);
+    let st = f.core.status();
+    assert_eq!((st.state, st.ready), (State::InvalidConfig, true));
+    assert_eq!(st.watches[0].result, WatchResult::Invalid);
+    // Not when the service is down because of it.
+    let mut f = Fake::custom(CHECKED, true, |s| s.ready_when_invalid = true);
+    f.tick();
+    f.content(0, 0);
+    f.exit(f.job("check"), FAIL);
+    assert_eq!(f.state(), (State::InvalidConfig, false));
 }
