@@ -405,3 +405,27 @@ fn a_polling_watch_returns_to_inotify_once_the_watch_limit_is_raised() {
 fn polling_watches_return_to_inotify_once_the_instance_limit_is_raised() {
     returns_to_inotify("max_inotify_instances", "max_user_instances");
 }
+
+#[test]
+fn a_fifo_swapped_in_for_a_watched_file_never_blocks_tend() {
+    let sb = Sandbox::new();
+    let conf = sb.write("app.conf", "v0");
+    let cfg = config(&sb, &conf, &[&conf], "debounce = \"0ms\"\n");
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    // Each swap makes tend scan again; a scan that finds a regular file and
+    // then opens what has become a FIFO must not wait for a writer.
+    let fifo = sb.path("fifo.tmp");
+    let plain = sb.path("plain.tmp");
+    let until = std::time::Instant::now() + secs(3.0);
+    let mut i = 0;
+    while std::time::Instant::now() < until {
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRUSR).unwrap();
+        fs::rename(&fifo, &conf).unwrap();
+        fs::write(&plain, format!("v{i}")).unwrap();
+        fs::rename(&plain, &conf).unwrap();
+        i += 1;
+    }
+    quiet(0.2);
+    tend.signal(Signal::SIGUSR1);
+    sb.wait_log("service sig SIGUSR1", 1, secs(5.0));
+}

@@ -20,7 +20,7 @@ use std::ffi::{OsStr, OsString};
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -128,16 +128,7 @@ pub struct Scan {
 
 /// Scans `paths` (absolute) and fingerprints them with `key`.
 pub fn scan(paths: &[PathBuf], key: &HashKey) -> Scan {
-    let mut s = Scanner {
-        hasher: Sha256::default(),
-        files: 0,
-        missing: Vec::new(),
-        unpublished: Vec::new(),
-        dirs: BTreeMap::new(),
-        truncated: false,
-        visited: HashSet::new(),
-        buf: vec![0; 64 * 1024],
-    };
+    let mut s = Scanner::new();
     let mut per_path = Vec::with_capacity(paths.len());
     let mut all = Sha256::new();
     all.update(key.0);
@@ -186,6 +177,19 @@ enum Unresolved {
 }
 
 impl Scanner {
+    fn new() -> Scanner {
+        Scanner {
+            hasher: Sha256::default(),
+            files: 0,
+            missing: Vec::new(),
+            unpublished: Vec::new(),
+            dirs: BTreeMap::new(),
+            truncated: false,
+            visited: HashSet::new(),
+            buf: vec![0; 64 * 1024],
+        }
+    }
+
     fn watch(&mut self, dir: &Path, interest: Interest) {
         // A kubelet snapshot directory never changes in place and is deleted
         // on the next update: the `..data` rename in its parent says it all.
@@ -293,7 +297,11 @@ impl Scanner {
         };
         if meta.is_file() {
             self.hash_file(rel, real);
-        } else if meta.is_dir() {
+        } else if !meta.is_dir() {
+            // Sockets, FIFOs and devices are not config: never opened (a
+            // FIFO would block, a device may act on open).
+            self.not_regular(rel);
+        } else {
             if depth > MAX_DEPTH || !self.visited.insert((meta.dev(), meta.ino())) {
                 return;
             }
@@ -326,8 +334,6 @@ impl Scanner {
                 }
             }
         }
-        // Sockets, FIFOs and devices are not config: never opened (a FIFO
-        // would block), not part of the fingerprint.
     }
 
     fn hash_file(&mut self, rel: &Path, real: &Path) {
@@ -335,14 +341,25 @@ impl Scanner {
             self.truncated = true;
             return;
         }
-        self.files += 1;
-        self.hasher.update(b"file\0");
-        self.hasher.update(rel.as_os_str().as_bytes());
-        self.hasher.update(b"\0");
-        let mut f = match File::open(real) {
-            Ok(f) => f,
-            Err(e) => return self.record_problem(&e),
+        // What was a regular file when it was looked up may be a FIFO by
+        // now (renamed over it): O_NONBLOCK makes open() of a FIFO return at
+        // once instead of waiting for a writer, and what counts is what the
+        // fd that was opened is.
+        let opened = File::options()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(real)
+            .and_then(|f| Ok((f.metadata()?, f)));
+        let mut f = match opened {
+            Ok((meta, f)) if meta.is_file() => f,
+            Ok(_) => return self.not_regular(rel),
+            Err(e) => {
+                self.file_header(rel);
+                return self.record_problem(&e);
+            }
         };
+        self.files += 1;
+        self.file_header(rel);
         let mut len: u64 = 0;
         loop {
             match f.read(&mut self.buf) {
@@ -356,6 +373,19 @@ impl Scanner {
             }
         }
         self.hasher.update(len.to_le_bytes());
+    }
+
+    fn file_header(&mut self, rel: &Path) {
+        self.hasher.update(b"file\0");
+        self.hasher.update(rel.as_os_str().as_bytes());
+        self.hasher.update(b"\0");
+    }
+
+    /// A socket, FIFO or device: its name counts, it is never read.
+    fn not_regular(&mut self, rel: &Path) {
+        self.hasher.update(b"not a regular file\0");
+        self.hasher.update(rel.as_os_str().as_bytes());
+        self.hasher.update(b"\0");
     }
 
     /// A path that cannot be read is part of what the watch sees: it changes
@@ -570,6 +600,30 @@ mod tests {
         fs::write(d.path().join("a"), "1").unwrap();
         let s = scan(&[d.path().to_path_buf()], &HashKey::fixed());
         assert_eq!(s.files, 1);
+    }
+
+    #[test]
+    fn a_fifo_renamed_over_a_file_after_it_was_looked_up_is_not_waited_for() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("app.conf");
+        nix::unistd::mkfifo(&f, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        // As if the lookup had found a regular file: hash it directly.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = f.clone();
+        std::thread::spawn(move || {
+            let mut s = Scanner::new();
+            s.hash_file(Path::new("app.conf"), &path);
+            tx.send((s.files, s.hasher.finalize())).unwrap();
+        });
+        let (files, raced) = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("hashing a FIFO blocked");
+        assert_eq!(files, 0, "a FIFO is not a covered file");
+        // The same as when the lookup sees the FIFO, so the race does not
+        // make a change of its own.
+        let mut seen = Scanner::new();
+        seen.cover(Path::new("app.conf"), &f, 0);
+        assert_eq!(seen.hasher.finalize(), raced);
     }
 
     #[test]
