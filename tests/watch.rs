@@ -429,3 +429,21 @@ fn a_fifo_swapped_in_for_a_watched_file_never_blocks_tend() {
     tend.signal(Signal::SIGUSR1);
     sb.wait_log("service sig SIGUSR1", 1, secs(5.0));
 }
+
+#[test]
+fn every_file_of_a_large_directory_is_covered() {
+    let sb = Sandbox::new();
+    let dir = sb.path("many");
+    fs::create_dir(&dir).unwrap();
+    for i in 0..10_050 {
+        fs::write(dir.join(format!("f{i:05}.conf")), "0").unwrap();
+    }
+    // Last in any order a scan could use.
+    let last = dir.join("f10049.conf");
+    let cfg = config(&sb, &last, &[&dir], "");
+    let tend = sb.tend().config(&cfg).start_ready();
+    fs::write(&last, "changed").unwrap();
+    sb.wait_log("service sig SIGHUP", 1, secs(10.0));
+    assert_eq!(sb.seen_on("SIGHUP"), ["changed"]);
+    assert!(tend.stderr().contains("files=10050"), "{}", tend.stderr());
+}

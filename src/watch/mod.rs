@@ -67,7 +67,6 @@ struct WatchState {
     polling: bool,
     /// Waiting until then for the kubelet to publish keys an update added.
     keys_until: Option<Instant>,
-    warned_truncated: bool,
     /// Per-path fingerprints of the content last handed to the pipeline.
     previous: Vec<Fingerprint>,
 }
@@ -117,7 +116,6 @@ impl Watcher {
                     dirs: BTreeMap::new(),
                     polling,
                     keys_until: None,
-                    warned_truncated: false,
                     previous: Vec::new(),
                 })
                 .collect(),
@@ -239,14 +237,6 @@ impl Watcher {
                 "inotify covers this watch again: it is no longer scanned on an interval"
             );
             w.polling = false;
-        }
-        if scan.truncated && !w.warned_truncated {
-            w.warned_truncated = true;
-            tracing::warn!(
-                watch = w.name,
-                "the watch covers more than {} files: only the first are fingerprinted",
-                scan::MAX_FILES
-            );
         }
         if w.polling {
             w.due = Some(

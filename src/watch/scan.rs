@@ -29,8 +29,6 @@ use sha2::{Digest, Sha256};
 const MAX_SYMLINKS: usize = 40;
 /// Directory depth below a watched path.
 const MAX_DEPTH: usize = 32;
-/// Regular files one watch may cover; past this the scan stops and says so.
-pub const MAX_FILES: usize = 10_000;
 
 /// A keyed SHA-256 of everything a watch covers: file names, content, and
 /// which paths are missing or unreadable. The key is random per tend process,
@@ -122,8 +120,6 @@ pub struct Scan {
     pub unpublished: Vec<PathBuf>,
     /// Directories to watch, and for what.
     pub dirs: BTreeMap<PathBuf, Interest>,
-    /// True when the watch covers more than [`MAX_FILES`] files.
-    pub truncated: bool,
 }
 
 /// Scans `paths` (absolute) and fingerprints them with `key`.
@@ -151,7 +147,6 @@ pub fn scan(paths: &[PathBuf], key: &HashKey) -> Scan {
         missing: s.missing,
         unpublished: s.unpublished,
         dirs: s.dirs,
-        truncated: s.truncated,
     }
 }
 
@@ -161,7 +156,6 @@ struct Scanner {
     missing: Vec<PathBuf>,
     unpublished: Vec<PathBuf>,
     dirs: BTreeMap<PathBuf, Interest>,
-    truncated: bool,
     /// (dev, ino) of directories already covered, against symlink loops.
     visited: HashSet<(u64, u64)>,
     buf: Vec<u8>,
@@ -184,7 +178,6 @@ impl Scanner {
             missing: Vec::new(),
             unpublished: Vec::new(),
             dirs: BTreeMap::new(),
-            truncated: false,
             visited: HashSet::new(),
             buf: vec![0; 64 * 1024],
         }
@@ -320,9 +313,6 @@ impl Scanner {
             names.retain(|n| !is_kubelet_internal(n));
             names.sort();
             for name in names {
-                if self.truncated {
-                    return;
-                }
                 let child_rel = rel.join(&name);
                 self.hasher.update(b"entry\0");
                 self.hasher.update(child_rel.as_os_str().as_bytes());
@@ -337,10 +327,6 @@ impl Scanner {
     }
 
     fn hash_file(&mut self, rel: &Path, real: &Path) {
-        if self.files >= MAX_FILES {
-            self.truncated = true;
-            return;
-        }
         // What was a regular file when it was looked up may be a FIFO by
         // now (renamed over it): O_NONBLOCK makes open() of a FIFO return at
         // once instead of waiting for a writer, and what counts is what the
