@@ -447,3 +447,44 @@ fn every_file_of_a_large_directory_is_covered() {
     assert_eq!(sb.seen_on("SIGHUP"), ["changed"]);
     assert!(tend.stderr().contains("files=10050"), "{}", tend.stderr());
 }
+
+#[test]
+fn a_busy_sibling_delays_a_change_by_at_most_the_max_wait() {
+    let sb = Sandbox::new();
+    let dir = sb.path("conf.d");
+    let quiet_file = sb.write("conf.d/app.conf", "v0");
+    let busy = sb.write("conf.d/access.log", "");
+    let cfg = config(&sb, &quiet_file, &[&dir], "debounce = \"100ms\"\n");
+    let _tend = sb.tend().config(&cfg).start_ready();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let appender = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            use std::io::Write as _;
+            let mut f = fs::File::options().append(true).open(busy).unwrap();
+            let until = std::time::Instant::now() + secs(15.0);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed)
+                && std::time::Instant::now() < until
+            {
+                f.write_all(b"GET /\n").unwrap();
+                std::thread::sleep(secs(0.05));
+            }
+        })
+    };
+    quiet(0.5);
+    fs::write(&quiet_file, "v1").unwrap();
+    let changed = std::time::Instant::now();
+    wait_for("a SIGHUP with the new content", secs(12.0), || {
+        sb.seen_on("SIGHUP")
+            .contains(&"v1".to_string())
+            .then_some(())
+    });
+    let took = changed.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    appender.join().unwrap();
+    // The rule: max(1 s, 4 x debounce) after the first unscanned event.
+    assert!(
+        took < secs(2.5),
+        "the change reached the service after {took:?} while a sibling kept changing"
+    );
+}

@@ -34,6 +34,8 @@ pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
 /// How long to wait, after a kubelet update, for the symlinks of keys it
 /// added before telling the service anyway.
 const KEY_WAIT: Duration = Duration::from_secs(2);
+/// The least of a watch's max wait (see [`max_wait`]).
+const MIN_MAX_WAIT: Duration = Duration::from_secs(1);
 
 const DIR_EVENTS: AddWatchFlags = AddWatchFlags::IN_CREATE
     .union(AddWatchFlags::IN_DELETE)
@@ -59,8 +61,13 @@ struct WatchState {
     name: String,
     paths: Vec<PathBuf>,
     debounce: Duration,
+    /// A watch that keeps changing is scanned at the latest this long after
+    /// its first unscanned event.
+    max_wait: Duration,
     /// When to scan next; None while nothing happened.
     due: Option<Instant>,
+    /// The first event since the last scan began.
+    first_unscanned: Option<Instant>,
     /// The directories this watch's last scan asked for.
     dirs: BTreeMap<PathBuf, Interest>,
     /// inotify cannot cover this watch: it is scanned on an interval.
@@ -112,7 +119,9 @@ impl Watcher {
                     name: w.name.clone(),
                     paths: w.paths.iter().map(|p| cwd.join(p)).collect(),
                     debounce: w.debounce,
+                    max_wait: max_wait(w.debounce),
                     due: Some(now),
+                    first_unscanned: None,
                     dirs: BTreeMap::new(),
                     polling,
                     keys_until: None,
@@ -140,6 +149,7 @@ impl Watcher {
         for (i, w) in self.watches.iter_mut().enumerate() {
             if w.due.is_some_and(|d| d <= now) {
                 w.due = None;
+                w.first_unscanned = None;
                 due.push(i);
             }
         }
@@ -208,11 +218,12 @@ impl Watcher {
     fn touch(&mut self, i: usize, urgency: Urgency, now: Instant) {
         let w = &mut self.watches[i];
         let scan_now = urgency == Urgency::Now || w.keys_until.is_some();
+        let latest = *w.first_unscanned.get_or_insert(now) + w.max_wait;
         w.due = match w.due {
             // A scan already due now stays due now.
             Some(d) if d <= now => Some(d),
             _ if scan_now => Some(now),
-            _ => Some(now + w.debounce),
+            _ => Some((now + w.debounce).min(latest)),
         };
     }
 
@@ -360,6 +371,12 @@ impl Watcher {
     }
 }
 
+/// How long a watch that keeps changing may go unscanned: `debounce` waits
+/// for quiet, this bounds the wait (consul-template's `wait { min max }`).
+fn max_wait(debounce: Duration) -> Duration {
+    (4 * debounce).max(MIN_MAX_WAIT)
+}
+
 fn urgency(name: &OsStr, mask: AddWatchFlags) -> Urgency {
     if name == "..data" && mask.intersects(AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_CREATE) {
         Urgency::Now
@@ -411,6 +428,28 @@ mod tests {
         assert!(w.take_due(t0 + ms(159)).is_empty());
         assert_eq!(w.take_due(t0 + ms(160)), vec![0]);
         assert_eq!(w.deadline(), None, "nothing is due once scanned: no timer");
+    }
+
+    #[test]
+    fn a_watch_that_keeps_changing_is_scanned_within_its_max_wait() {
+        let t0 = Instant::now();
+        let mut w = watcher(100, t0);
+        // A sibling appended every 50 ms never leaves 100 ms of quiet.
+        let mut t = t0;
+        while w.take_due(t).is_empty() {
+            w.touch(0, Urgency::Settle, t);
+            t += ms(50);
+            assert!(t <= t0 + ms(1050), "not scanned within its max wait");
+        }
+        assert_eq!(
+            t,
+            t0 + ms(1000),
+            "max(1 s, 4 x debounce) after the first event"
+        );
+        // The next max wait counts from the first event after that scan.
+        w.touch(0, Urgency::Settle, t + ms(10));
+        assert_eq!(w.deadline(), Some(t + ms(110)));
+        assert_eq!(max_wait(ms(2000)), ms(8000));
     }
 
     #[test]
