@@ -1,8 +1,8 @@
-//! The event loop: one `ppoll` over the signalfd, the watcher's inotify fd
-//! and the output pipes of running checks, with a timeout that exists only
-//! while a deadline is pending (a stop's SIGKILL, a restart back-off, a
-//! debounce, a check's timeout, an action's retry). An idle tend sleeps in
-//! `ppoll` with no timeout at all.
+//! The event loop: one `ppoll` over the signalfd, the watcher's fds and the
+//! output pipes of running checks, with a timeout that exists only while a
+//! deadline is pending (a stop's SIGKILL, a restart back-off, a debounce, a
+//! check's timeout, an action's retry). An idle tend sleeps in `ppoll` with
+//! no timeout at all.
 //!
 //! Every change of tend's state happens here, in response to a signal, an
 //! exit status from the reaper, a deadline, or a watch event; [`Phase`] lists
@@ -28,7 +28,7 @@ use crate::process::{ExitStatus, reaper};
 use crate::reload::{Batch, Pipeline};
 use crate::signals;
 use crate::status::{Readiness, ServiceStatus, Status, WatchStatus, rfc3339};
-use crate::watch::{Scan, Watcher};
+use crate::watch::{Report, Watcher};
 
 /// How long processes left in the container get to die after SIGKILL before
 /// tend exits anyway (the kernel kills them all when PID 1 exits).
@@ -108,12 +108,13 @@ impl Supervisor {
         .context("signalfd() failed: tend cannot receive signals")?;
         let cwd = std::env::current_dir().context("cannot read the current directory")?;
         let now = Instant::now();
+        let watcher = Watcher::new(&config.watches, &cwd, now)?;
         Ok(Supervisor {
             phase: Phase::Starting,
             service: Service::new(&config.service, argv, owns_terminal()),
             signals,
             watches: config.watches.clone(),
-            watcher: Watcher::new(&config.watches, &cwd, now),
+            watcher,
             pipeline: Pipeline::new(&config.watches),
             jobs: Vec::new(),
             readiness: Readiness::new(&config.readiness),
@@ -151,8 +152,14 @@ impl Supervisor {
             if woke.signals {
                 self.on_signals(now);
             }
-            if woke.inotify {
-                self.watcher.read_events(now);
+            for report in self.watcher.pump(&woke.watcher) {
+                // Watches are acted on only while tend starts or runs.
+                if matches!(
+                    self.phase,
+                    Phase::Starting | Phase::Running | Phase::Restarting { .. }
+                ) {
+                    self.observe(&report);
+                }
             }
             self.on_deadlines(now);
         }
@@ -160,21 +167,20 @@ impl Supervisor {
 
     // ------------------------------------------------------------ waiting
 
-    /// The next deadline that something will act on. Watches are scanned
-    /// only while tend starts or runs, and actions retried only while it
-    /// runs: their deadlines outside those phases would wake the loop for
-    /// nothing, and once past, make it spin.
+    /// The next deadline that something will act on. Actions are retried
+    /// only while tend runs: their deadlines outside that phase would wake
+    /// the loop for nothing, and once past, make it spin. (The watcher keeps
+    /// its timers on its own thread.)
     fn deadline(&self) -> Option<Instant> {
-        let (drain, watching, acting) = match self.phase {
-            Phase::Draining { deadline, .. } => (Some(deadline), false, false),
-            Phase::Starting | Phase::Restarting { .. } => (None, true, false),
-            Phase::Running => (None, true, true),
-            Phase::Stopping | Phase::Exited(_) => (None, false, false),
+        let (drain, acting) = match self.phase {
+            Phase::Draining { deadline, .. } => (Some(deadline), false),
+            Phase::Starting | Phase::Restarting { .. } => (None, false),
+            Phase::Running => (None, true),
+            Phase::Stopping | Phase::Exited(_) => (None, false),
         };
         [
             drain,
             self.service.deadline(),
-            self.watcher.deadline().filter(|_| watching),
             self.pipeline.deadline().filter(|_| acting),
             self.jobs.iter().filter_map(|j| j.job.deadline()).min(),
         ]
@@ -187,10 +193,14 @@ impl Supervisor {
         let timeout =
             deadline.map(|d| TimeSpec::from_duration(d.saturating_duration_since(Instant::now())));
         let mut fds = vec![PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
-        let inotify_at = self.watcher.fd().map(|fd| {
-            fds.push(PollFd::new(fd, PollFlags::POLLIN));
-            fds.len() - 1
-        });
+        let watcher_fds = self.watcher.poll_fds();
+        let watcher_at = fds.len();
+        let watcher_n = watcher_fds.len();
+        fds.extend(
+            watcher_fds
+                .into_iter()
+                .map(|(fd, flags)| PollFd::new(fd, flags)),
+        );
         let mut job_at = Vec::new();
         for (i, j) in self.jobs.iter().enumerate() {
             if let Some(fd) = j.job.fd() {
@@ -206,7 +216,7 @@ impl Supervisor {
         let ready = |at: usize| fds[at].revents().is_some_and(|r| !r.is_empty());
         Ok(Woke {
             signals: ready(0),
-            inotify: inotify_at.is_some_and(ready),
+            watcher: (watcher_at..watcher_at + watcher_n).map(ready).collect(),
             jobs: job_at
                 .into_iter()
                 .filter(|(at, _)| ready(*at))
@@ -489,11 +499,6 @@ impl Supervisor {
         ) {
             return;
         }
-        for i in self.watcher.take_due(now) {
-            if let Some(scan) = self.watcher.scan(i, now) {
-                self.observe(i, &scan);
-            }
-        }
         for i in self.pipeline.start_checks() {
             self.start_check(i, now);
         }
@@ -512,7 +517,8 @@ impl Supervisor {
         }
     }
 
-    fn observe(&mut self, i: usize, scan: &Scan) {
+    fn observe(&mut self, scan: &Report) {
+        let i = scan.watch.0;
         let Some(previous) = self
             .pipeline
             .observe(i, scan.fingerprint, SystemTime::now())
@@ -530,14 +536,10 @@ impl Supervisor {
                 "config found"
             ),
             Some(old) => {
-                let changed: Vec<_> = self
-                    .watcher
-                    .paths(i)
+                let changed: Vec<_> = scan
+                    .changed
                     .iter()
-                    .zip(&scan.per_path)
-                    .zip(self.watcher.previous(i))
-                    .filter(|((_, new), old)| new != old)
-                    .map(|((p, _), _)| p.display().to_string())
+                    .map(|p| p.display().to_string())
                     .collect();
                 tracing::info!(
                     watch = w.name,
@@ -550,7 +552,6 @@ impl Supervisor {
                 );
             }
         }
-        self.watcher.remember(i, scan);
     }
 
     fn start_check(&mut self, i: usize, now: Instant) {
@@ -716,7 +717,8 @@ impl Supervisor {
 #[derive(Default)]
 struct Woke {
     signals: bool,
-    inotify: bool,
+    /// Per fd of `Watcher::poll_fds`: whether it had revents.
+    watcher: Vec<bool>,
     jobs: Vec<usize>,
 }
 

@@ -263,13 +263,18 @@ fn an_idle_tend_does_not_wake_up() {
     );
     let mut tend = sb.tend().config(&cfg).start_ready();
     let pid = tend.pid();
+    // Every thread of tend: the loop's and the watcher's.
     let switches = || {
-        let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        status
-            .lines()
-            .filter(|l| l.contains("ctxt_switches"))
-            .map(|l| l.split_whitespace().last().unwrap().parse::<u64>().unwrap())
-            .sum::<u64>()
+        let mut n = 0;
+        for task in fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+            let status = fs::read_to_string(task.path().join("status")).unwrap();
+            n += status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches"))
+                .map(|l| l.split_whitespace().last().unwrap().parse::<u64>().unwrap())
+                .sum::<u64>();
+        }
+        n
     };
     // Let the debounce of the start-up settle.
     quiet(0.5);
@@ -487,4 +492,83 @@ fn a_busy_sibling_delays_a_change_by_at_most_the_max_wait() {
         took < secs(2.5),
         "the change reached the service after {took:?} while a sibling kept changing"
     );
+}
+
+/// Whether tend has `file` open (any of its threads).
+fn has_open(tend: &mut Tend, file: &Path) -> bool {
+    let pid = tend.pid();
+    fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|fds| {
+            fds.flatten()
+                .any(|fd| fs::read_link(fd.path()).is_ok_and(|t| t == file))
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn signals_flow_while_a_large_file_is_hashed() {
+    // Large enough that hashing it takes seconds in this build (SHA-256 runs
+    // about 25x faster in a release build).
+    let size: u64 = if cfg!(debug_assertions) {
+        512
+    } else {
+        12 * 1024
+    } << 20;
+    let sb = Sandbox::new();
+    let big = sb.write("data/big.bin", "small at first");
+    let conf = sb.write("app.conf", "v0");
+    let cfg = config(&sb, &conf, &[&big, &conf], "");
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    // Sparse: instant to make, and read from memory, so the time is hashing.
+    fs::File::options()
+        .write(true)
+        .open(&big)
+        .unwrap()
+        .set_len(size)
+        .unwrap();
+    wait_for("tend to open the large file", secs(10.0), || {
+        has_open(&mut tend, &big).then_some(())
+    });
+
+    let sent = std::time::Instant::now();
+    tend.signal(Signal::SIGUSR1);
+    sb.wait_log("service sig SIGUSR1", 1, secs(30.0));
+    let forwarded = sent.elapsed();
+    assert!(
+        forwarded < secs(1.0),
+        "SIGUSR1 took {forwarded:?} to reach the service while a file was hashed"
+    );
+    assert!(
+        has_open(&mut tend, &big),
+        "the hash finished before the signal arrived: make the file larger for this machine"
+    );
+
+    let sent = std::time::Instant::now();
+    tend.signal(Signal::SIGTERM);
+    let code = tend.wait(secs(60.0));
+    let stopped = sent.elapsed();
+    assert_eq!(code, 0);
+    assert!(
+        stopped < secs(2.0),
+        "SIGTERM took {stopped:?} to end tend while a file was hashed"
+    );
+}
+
+#[test]
+fn only_a_tend_with_watches_runs_a_watcher_thread() {
+    let sb = Sandbox::new();
+    let threads = |tend: &mut Tend| {
+        let pid = tend.pid();
+        fs::read_dir(format!("/proc/{pid}/task")).unwrap().count()
+    };
+    let mut plain = sb.tend().command(&sb.service(&[])).start();
+    sb.wait_log("service start", 1, secs(10.0));
+    assert_eq!(threads(&mut plain), 1, "a plain init is one thread");
+    plain.signal(Signal::SIGTERM);
+    plain.wait(secs(10.0));
+
+    let conf = sb.write("app.conf", "v0");
+    let cfg = config(&sb, &conf, &[&conf], "");
+    let mut watching = sb.tend().config(&cfg).start_ready();
+    assert_eq!(threads(&mut watching), 2);
 }
