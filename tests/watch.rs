@@ -572,3 +572,37 @@ fn only_a_tend_with_watches_runs_a_watcher_thread() {
     let mut watching = sb.tend().config(&cfg).start_ready();
     assert_eq!(threads(&mut watching), 2);
 }
+
+#[test]
+fn a_volume_mounted_over_a_watched_directory_is_followed() {
+    let sb = Sandbox::new();
+    let dir = sb.path("mnt");
+    let conf = sb.write("mnt/app.conf", "v0");
+    let cfg = config(&sb, &conf, &[&dir], "");
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    // In tend's own mount namespace, as a volume (re)mounted in a container.
+    let pid = tend.pid().to_string();
+    let in_tend = |script: &str| {
+        let status = std::process::Command::new("nsenter")
+            .args(["-t", &pid, "-m", "sh", "-ec", script])
+            .status()
+            .unwrap();
+        assert!(status.success(), "{script}");
+    };
+    let dir_s = dir.display().to_string();
+    in_tend(&format!(
+        "mount -t tmpfs tend-test {dir_s} && echo v1 > {dir_s}/app.conf"
+    ));
+    wait_for("a SIGHUP with the mounted content", secs(5.0), || {
+        (sb.seen_on("SIGHUP").last().map(String::as_str) == Some("v1")).then_some(())
+    });
+    // The new volume is watched, not only scanned once.
+    let n = sb.log("service sig SIGHUP").len();
+    in_tend(&format!("echo v2 > {dir_s}/app.conf"));
+    sb.wait_log("service sig SIGHUP", n + 1, secs(5.0));
+    assert_eq!(sb.seen_on("SIGHUP").last().unwrap(), "v2");
+    // Unmounted: the directory underneath is what the service reads again.
+    in_tend(&format!("umount {dir_s}"));
+    sb.wait_log("service sig SIGHUP", n + 2, secs(5.0));
+    assert_eq!(sb.seen_on("SIGHUP").last().unwrap(), "v0");
+}

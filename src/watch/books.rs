@@ -141,8 +141,8 @@ impl Books {
         self.touch(id.0, Urgency::Now, now);
     }
 
-    /// Something anywhere may have changed (the inotify queue overflowed):
-    /// every watch is scanned once things settle.
+    /// Something anywhere may have changed (the mount table changed, the
+    /// inotify queue overflowed): every watch is scanned once things settle.
     pub fn everything_may_have_changed(&mut self, now: Instant) {
         for i in 0..self.watches.len() {
             self.touch(i, Urgency::Settle, now);
@@ -568,11 +568,13 @@ mod tests {
     }
 
     #[test]
-    fn a_queue_overflow_schedules_every_watch() {
+    fn a_queue_overflow_or_a_mount_change_schedules_every_watch() {
         let t0 = Instant::now();
         let mut b = books(2, 100, t0);
         b.on_event(&event(-1, None, AddWatchFlags::IN_Q_OVERFLOW), t0);
         assert_eq!(b.take_due(t0 + ms(100)), [WatchId(0), WatchId(1)]);
+        b.everything_may_have_changed(t0 + ms(200));
+        assert_eq!(b.take_due(t0 + ms(300)), [WatchId(0), WatchId(1)]);
     }
 
     #[test]

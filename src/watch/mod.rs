@@ -1,7 +1,7 @@
 //! Change detection: which watches may have changed, and their scans.
 //!
-//! Theory of operation. A watcher thread ([`thread`]) owns inotify and the
-//! watches' timers, and makes every filesystem call
+//! Theory of operation. A watcher thread ([`thread`]) owns inotify, the
+//! mount table's fd and the watches' timers, and makes every filesystem call
 //! of a scan: PID 1's loop never touches the filesystem for a watch, so a
 //! large file or a slow or hung filesystem never blocks it. The thread's
 //! decisions are in [`books`], which a test drives with a fake clock. The
@@ -16,9 +16,12 @@
 //! raises an event; a change before it is in what was read (an event for it
 //! then only costs a scan with the same fingerprint).
 //!
-//! IN_IGNORED (a directory deleted, or its filesystem unmounted) drops the
-//! registration and schedules its watches, whose next scan registers
-//! whatever is there now; a queue overflow schedules every watch.
+//! What inotify cannot see is looked for elsewhere: IN_IGNORED (a directory
+//! deleted, or its filesystem unmounted) drops the registration and
+//! schedules its watches, whose next scan registers whatever is there now;
+//! a mount or unmount anywhere (POLLPRI on `/proc/self/mountinfo`) schedules
+//! every watch, since a volume mounted over a watched directory raises no
+//! inotify event at all; a queue overflow schedules every watch.
 //!
 //! Timing: the rename of `..data` in a kubelet volume completes an update and
 //! is scanned at once. Anything else (in-place writes, editor saves, deletes)

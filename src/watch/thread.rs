@@ -1,9 +1,9 @@
-//! The watcher's thread: it owns the inotify fd and the watches' timers,
-//! and makes every filesystem call of a scan (resolving paths, reading
-//! directories, opening and hashing files, inotify_add_watch), in its own
-//! `ppoll` loop. A large file, a slow or hung filesystem holds up this
-//! thread, never PID 1's loop: signals, reaping and deadlines keep flowing
-//! while files are hashed.
+//! The watcher's thread: it owns the inotify fd, the mount table's fd and
+//! the watches' timers, and makes every filesystem call of a scan
+//! (resolving paths, reading directories, opening and hashing files,
+//! inotify_add_watch), in its own `ppoll` loop. A large file, a slow or hung
+//! filesystem holds up this thread, never PID 1's loop: signals, reaping and
+//! deadlines keep flowing while files are hashed.
 //!
 //! Finished scans are queued for the loop (at most one per watch: a newer
 //! one replaces one not taken yet) and an eventfd write wakes the loop's
@@ -18,6 +18,7 @@
 //! fraction of the code, and the static binary's size is most of PID 1's
 //! resident memory.
 
+use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -119,11 +120,24 @@ impl Handle {
                 None
             }
         };
+        // POLLPRI on every change of the mount table: a volume mounted over
+        // a watched directory raises no inotify event at all.
+        let mount_table = match File::open("/proc/self/mountinfo") {
+            Ok(f) => Some(f),
+            Err(e) => {
+                tracing::warn!(
+                    "cannot open /proc/self/mountinfo: {e}; a volume mounted or unmounted over a \
+                     watched path is not noticed until something changes inside it"
+                );
+                None
+            }
+        };
         let books = Books::new(watches, cwd, inotify.is_none(), now);
         let worker = Worker {
             paths: books.paths().map(<[PathBuf]>::to_vec).collect(),
             books,
             inotify,
+            mount_table,
             key: HashKey::random(),
             shared: shared.clone(),
         };
@@ -184,6 +198,7 @@ struct Worker {
     books: Books,
     paths: Vec<Vec<PathBuf>>,
     inotify: Option<Inotify>,
+    mount_table: Option<File>,
     key: HashKey,
     shared: Arc<Shared>,
 }
@@ -192,6 +207,7 @@ struct Worker {
 struct Ready {
     asked: bool,
     inotify: bool,
+    mount_table: bool,
 }
 
 impl Worker {
@@ -230,6 +246,10 @@ impl Worker {
             if ready.inotify {
                 self.read_events(now);
             }
+            if ready.mount_table {
+                tracing::debug!("the mount table changed: scanning every watch again");
+                self.books.everything_may_have_changed(now);
+            }
         }
     }
 
@@ -247,6 +267,9 @@ impl Worker {
         if let Some(i) = &self.inotify {
             fds.push(PollFd::new(i.as_fd(), PollFlags::POLLIN));
         }
+        if let Some(m) = &self.mount_table {
+            fds.push(PollFd::new(m.as_fd(), PollFlags::POLLPRI));
+        }
         match ppoll(&mut fds, timeout, None) {
             Ok(_) => {}
             // Every signal is blocked here; were one not, just go round.
@@ -258,9 +281,13 @@ impl Worker {
                 .and_then(PollFd::revents)
                 .is_some_and(|r| !r.is_empty())
         };
+        let inotify_at = self.inotify.as_ref().map(|_| 1);
+        let mount_at = self.mount_table.as_ref().map(|_| fds.len() - 1);
         Ok(Ready {
             asked: ready(0),
-            inotify: ready(1),
+            inotify: inotify_at.is_some_and(ready),
+            // The poll itself consumed the change: this is the only word of it.
+            mount_table: mount_at.is_some_and(ready),
         })
     }
 
