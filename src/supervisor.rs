@@ -108,7 +108,15 @@ impl Supervisor {
         .context("signalfd() failed: tend cannot receive signals")?;
         let cwd = std::env::current_dir().context("cannot read the current directory")?;
         let now = Instant::now();
-        let watcher = Watcher::new(&config.watches, &cwd, now)?;
+        // tend's own files: the watcher never covers them.
+        let own_files: Vec<PathBuf> = config
+            .readiness
+            .file
+            .iter()
+            .chain(&config.readiness.status_file)
+            .cloned()
+            .collect();
+        let watcher = Watcher::new(&config.watches, &cwd, &own_files, now)?;
         Ok(Supervisor {
             phase: Phase::Starting,
             service: Service::new(&config.service, argv, owns_terminal()),

@@ -606,3 +606,36 @@ fn a_volume_mounted_over_a_watched_directory_is_followed() {
     sb.wait_log("service sig SIGHUP", n + 2, secs(5.0));
     assert_eq!(sb.seen_on("SIGHUP").last().unwrap(), "v0");
 }
+
+#[test]
+fn tends_own_files_never_cause_a_reload() {
+    let sb = Sandbox::new();
+    let run = sb.path("run");
+    let conf = sb.path("conf");
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = {}\n\n[readiness]\nfile = {:?}\nstatus_file = {:?}\n\n\
+         [[watch]]\npaths = [{:?}]\non_change = \"signal\"\n",
+        sb.service_toml(&["--config", &conf.join("app.conf").display().to_string()]),
+        run.join("ready").display().to_string(),
+        run.join("status.json").display().to_string(),
+        conf.display().to_string(),
+    ));
+    let _tend = sb.tend().config(&cfg).start();
+    sb.wait_log("service start", 1, secs(10.0));
+    wait_for("the ready file", secs(10.0), || {
+        run.join("ready").exists().then_some(())
+    });
+    // The watched path appears as a symlink to the directory tend writes in.
+    std::os::unix::fs::symlink(&run, &conf).unwrap();
+    sb.wait_log("service sig SIGHUP", 1, secs(5.0));
+    quiet(2.0);
+    assert_eq!(
+        sb.log("service sig SIGHUP").len(),
+        1,
+        "tend reloaded on its own writes to the ready and status files"
+    );
+    fs::write(run.join("app.conf"), "v1").unwrap();
+    sb.wait_log("service sig SIGHUP", 2, secs(5.0));
+    quiet(1.0);
+    assert_eq!(sb.seen_on("SIGHUP"), ["MISSING", "v1"]);
+}

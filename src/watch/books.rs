@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::sys::inotify::{AddWatchFlags, InotifyEvent};
 
-use super::scan::{Fingerprint, Interest, Scan};
+use super::scan::{Fingerprint, Interest, Scan, is_own_name};
 use super::{POLL_INTERVAL, WatchId};
 use crate::config;
 
@@ -80,7 +80,15 @@ struct WatchState {
 /// One inotify watch: a directory, and what each watch needs from it.
 struct Registration {
     dir: PathBuf,
+    /// Names of tend's own files in it.
+    own: Vec<OsString>,
     users: BTreeMap<usize, Interest>,
+}
+
+impl Registration {
+    fn is_own(&self, name: &OsStr) -> bool {
+        self.own.iter().any(|o| is_own_name(o, name))
+    }
 }
 
 pub struct Books {
@@ -175,7 +183,9 @@ impl Books {
             .users
             .iter()
             .filter_map(|(i, interest)| match &ev.name {
-                Some(name) if interest.matches(name) => Some((*i, urgency(name, ev.mask))),
+                Some(name) if interest.matches(name) && !reg.is_own(name) => {
+                    Some((*i, urgency(name, ev.mask)))
+                }
                 Some(_) => None,
                 // The directory itself was deleted or moved, or its
                 // filesystem unmounted.
@@ -232,9 +242,11 @@ impl Books {
                         .entry(wd)
                         .or_insert_with(|| Registration {
                             dir: dir.clone(),
+                            own: Vec::new(),
                             users: BTreeMap::new(),
                         });
                     reg.dir = dir;
+                    reg.own = d.own;
                     reg.users.insert(i, d.interest);
                     wds.insert(wd);
                 }
@@ -384,6 +396,7 @@ mod tests {
                     let d = Dir {
                         interest,
                         wd: Ok(Some(*wd)),
+                        own: Vec::new(),
                     };
                     (PathBuf::from(dir), d)
                 })
@@ -568,6 +581,21 @@ mod tests {
     }
 
     #[test]
+    fn events_for_tends_own_files_schedule_nothing() {
+        let t0 = Instant::now();
+        let mut b = books(1, 100, t0);
+        let mut s = scan(&[("/w0", 7, &[])]);
+        s.dirs.get_mut(Path::new("/w0")).unwrap().own = vec!["ready".into()];
+        b.on_scanned(WatchId(0), s, true, t0);
+        for name in ["ready", ".ready.0123456789abcdef.tmp", ".ready.tmp.42"] {
+            b.on_event(&event(7, Some(name), AddWatchFlags::IN_MOVED_TO), t0);
+        }
+        assert_eq!(b.deadline(), None);
+        b.on_event(&event(7, Some("app.conf"), AddWatchFlags::IN_MOVED_TO), t0);
+        assert_eq!(b.deadline(), Some(t0 + ms(100)));
+    }
+
+    #[test]
     fn a_queue_overflow_or_a_mount_change_schedules_every_watch() {
         let t0 = Instant::now();
         let mut b = books(2, 100, t0);
@@ -638,6 +666,7 @@ mod tests {
             Dir {
                 interest: Interest::All,
                 wd: Ok(None),
+                own: Vec::new(),
             },
         );
         b.on_scanned(WatchId(0), s, false, t0);

@@ -47,6 +47,7 @@ use nix::poll::PollFlags;
 
 use books::Scanned;
 pub use scan::Fingerprint;
+use scan::OwnFiles;
 use thread::{Handle, Taken};
 
 use crate::config;
@@ -82,14 +83,21 @@ pub struct Watcher {
 }
 
 impl Watcher {
-    /// Starts watching `watches` (relative paths are taken from `cwd`);
-    /// every watch is scanned at once. Without watches nothing is started:
-    /// no thread, no fd, no wake-up.
-    pub fn new(watches: &[config::Watch], cwd: &Path, now: Instant) -> anyhow::Result<Watcher> {
+    /// Starts watching `watches` (relative paths are taken from `cwd`),
+    /// never covering `own_files` (what tend writes itself); every watch is
+    /// scanned at once. Without watches nothing is started: no thread, no
+    /// fd, no wake-up.
+    pub fn new(
+        watches: &[config::Watch],
+        cwd: &Path,
+        own_files: &[PathBuf],
+        now: Instant,
+    ) -> anyhow::Result<Watcher> {
         let thread = if watches.is_empty() {
             None
         } else {
-            Some(Handle::start(watches, cwd, now)?)
+            let own = OwnFiles::new(own_files.iter().map(|p| cwd.join(p)).collect());
+            Some(Handle::start(watches, cwd, own, now)?)
         };
         Ok(Watcher {
             thread,

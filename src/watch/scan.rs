@@ -18,6 +18,10 @@
 //! exist yet is reported as `unpublished` so the caller can wait for it before
 //! it tells the service. Names that begin with `..` are the kubelet's own and
 //! are never walked directly.
+//!
+//! tend's own files (the ready and status files, and the temporary files
+//! they are written through) are never covered, wherever a path leads: tend
+//! must not reload on its own writes.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::ffi::{OsStr, OsString};
@@ -125,6 +129,54 @@ pub struct Dir {
     pub interest: Interest,
     /// What [`Registrar::watch_dir`] said, before the scan read the directory.
     pub wd: Result<Option<i32>, Errno>,
+    /// Names of tend's own files in it: never covered, their events ignored.
+    pub own: Vec<OsString>,
+}
+
+/// Files tend writes itself (absolute paths).
+#[derive(Debug, Clone, Default)]
+pub struct OwnFiles(Vec<PathBuf>);
+
+impl OwnFiles {
+    pub fn new(paths: Vec<PathBuf>) -> OwnFiles {
+        OwnFiles(paths)
+    }
+
+    /// (device, inode) of each file's directory as it is now, and its name:
+    /// a symlink or a bind mount that leads to the same directory is caught.
+    fn locate(&self) -> Vec<((u64, u64), OsString)> {
+        self.0
+            .iter()
+            .filter_map(|p| {
+                let name = p.file_name()?.to_os_string();
+                let dir = fs::metadata(p.parent()?).ok()?;
+                Some(((dir.dev(), dir.ino()), name))
+            })
+            .collect()
+    }
+}
+
+/// Whether `name` is tend's own file `own`, or a temporary file it is
+/// written through: `.{own}.{16 hex digits}.tmp`, or `.{own}.tmp.{pid}`.
+pub fn is_own_name(own: &OsStr, name: &OsStr) -> bool {
+    if name == own {
+        return true;
+    }
+    let Some(rest) = name
+        .as_bytes()
+        .strip_prefix(b".")
+        .and_then(|r| r.strip_prefix(own.as_bytes()))
+        .and_then(|r| r.strip_prefix(b"."))
+    else {
+        return false;
+    };
+    let hex = rest
+        .strip_suffix(b".tmp")
+        .is_some_and(|h| h.len() == 16 && h.iter().all(u8::is_ascii_hexdigit));
+    let pid = rest
+        .strip_prefix(b"tmp.")
+        .is_some_and(|d| !d.is_empty() && d.iter().all(u8::is_ascii_digit));
+    hex || pid
 }
 
 /// The result of one scan.
@@ -145,8 +197,13 @@ pub struct Scan {
 
 /// Scans `paths` (absolute) and fingerprints them with `key`, registering
 /// each directory it depends on with `registrar` before reading it.
-pub fn scan(paths: &[PathBuf], key: &HashKey, registrar: &mut dyn Registrar) -> Scan {
-    let mut s = Scanner::new(registrar);
+pub fn scan(
+    paths: &[PathBuf],
+    key: &HashKey,
+    own: &OwnFiles,
+    registrar: &mut dyn Registrar,
+) -> Scan {
+    let mut s = Scanner::new(registrar, own);
     let mut per_path = Vec::with_capacity(paths.len());
     let mut all = Sha256::new();
     all.update(key.0);
@@ -155,8 +212,10 @@ pub fn scan(paths: &[PathBuf], key: &HashKey, registrar: &mut dyn Registrar) -> 
         s.hasher.update(key.0);
         s.hasher.update(path.as_os_str().as_bytes());
         s.hasher.update(b"\0");
-        if let Ok(real) = s.resolve_watched(path) {
-            s.cover(Path::new(""), &real, 0);
+        match s.resolve_watched(path) {
+            Ok(real) => s.cover(Path::new(""), &real, 0),
+            Err(Unresolved::Own) => s.hasher.update(b"own\0"),
+            Err(_) => {}
         }
         let fp = Fingerprint(std::mem::take(&mut s.hasher).finalize().into());
         all.update(fp.0);
@@ -174,6 +233,8 @@ pub fn scan(paths: &[PathBuf], key: &HashKey, registrar: &mut dyn Registrar) -> 
 
 struct Scanner<'r> {
     registrar: &'r mut dyn Registrar,
+    /// tend's own files, located when the scan began.
+    own: Vec<((u64, u64), OsString)>,
     hasher: Sha256,
     files: usize,
     missing: Vec<PathBuf>,
@@ -191,12 +252,15 @@ enum Unresolved {
     Missing,
     /// A symlink could not be read, or they loop.
     Broken,
+    /// It leads to one of tend's own files.
+    Own,
 }
 
 impl<'r> Scanner<'r> {
-    fn new(registrar: &'r mut dyn Registrar) -> Scanner<'r> {
+    fn new(registrar: &'r mut dyn Registrar, own: &OwnFiles) -> Scanner<'r> {
         Scanner {
             registrar,
+            own: own.locate(),
             hasher: Sha256::default(),
             files: 0,
             missing: Vec::new(),
@@ -223,12 +287,29 @@ impl<'r> Scanner<'r> {
             return false;
         }
         let wd = self.registrar.watch_dir(dir);
-        self.dirs.insert(dir.to_path_buf(), Dir { interest, wd });
+        let own = if self.own.is_empty() {
+            Vec::new()
+        } else {
+            let id = fs::metadata(dir).map(|m| (m.dev(), m.ino())).ok();
+            self.own
+                .iter()
+                .filter(|(d, _)| Some(*d) == id)
+                .map(|(_, name)| name.clone())
+                .collect()
+        };
+        self.dirs
+            .insert(dir.to_path_buf(), Dir { interest, wd, own });
         true
     }
 
     fn watch_name(&mut self, dir: &Path, name: &OsStr) -> bool {
         self.watch(dir, Interest::Names(BTreeSet::from([name.to_os_string()])))
+    }
+
+    fn is_own(&self, dir: &Path, name: &OsStr) -> bool {
+        self.dirs
+            .get(dir)
+            .is_some_and(|d| d.own.iter().any(|o| is_own_name(o, name)))
     }
 
     /// Resolves a watched `path` (absolute) to a real path; a missing one is
@@ -260,6 +341,9 @@ impl<'r> Scanner<'r> {
                 // The path itself: watch its directory for it being
                 // replaced, written, or removed.
                 self.watch_name(&cur, &name);
+                if self.is_own(&cur, &name) {
+                    return Err(Unresolved::Own);
+                }
             }
             let cand = cur.join(&name);
             let mut looked_up = fs::symlink_metadata(&cand);
@@ -347,7 +431,7 @@ impl<'r> Scanner<'r> {
                 Ok(entries) => entries.flatten().map(|e| e.file_name()).collect(),
                 Err(e) => return self.record_problem(&e),
             };
-            names.retain(|n| !is_kubelet_internal(n));
+            names.retain(|n| !is_kubelet_internal(n) && !self.is_own(real, n));
             names.sort();
             for name in names {
                 let child_rel = rel.join(&name);
@@ -450,7 +534,7 @@ mod tests {
     }
 
     fn plain_scan(paths: &[PathBuf], key: &HashKey) -> Scan {
-        scan(paths, key, &mut Unregistered)
+        scan(paths, key, &OwnFiles::default(), &mut Unregistered)
     }
 
     fn fp(paths: &[PathBuf]) -> Fingerprint {
@@ -652,7 +736,7 @@ mod tests {
         let path = f.clone();
         std::thread::spawn(move || {
             let mut unregistered = Unregistered;
-            let mut s = Scanner::new(&mut unregistered);
+            let mut s = Scanner::new(&mut unregistered, &OwnFiles::default());
             s.hash_file(Path::new("app.conf"), &path);
             tx.send((s.files, s.hasher.finalize())).unwrap();
         });
@@ -663,7 +747,7 @@ mod tests {
         // The same as when the lookup sees the FIFO, so the race does not
         // make a change of its own.
         let mut unregistered = Unregistered;
-        let mut seen = Scanner::new(&mut unregistered);
+        let mut seen = Scanner::new(&mut unregistered, &OwnFiles::default());
         seen.cover(Path::new("app.conf"), &f, 0);
         assert_eq!(seen.hasher.finalize(), raced);
     }
@@ -694,6 +778,7 @@ mod tests {
         let s = scan(
             std::slice::from_ref(&conf),
             &HashKey::fixed(),
+            &OwnFiles::default(),
             &mut registrar,
         );
         assert_eq!(
@@ -717,6 +802,7 @@ mod tests {
         let s = scan(
             std::slice::from_ref(&direct),
             &HashKey::fixed(),
+            &OwnFiles::default(),
             &mut registrar,
         );
         assert!(s.missing.is_empty(), "{:?}", s.missing);
@@ -734,6 +820,7 @@ mod tests {
         let s = scan(
             std::slice::from_ref(&through),
             &HashKey::fixed(),
+            &OwnFiles::default(),
             &mut LinkOnRegister(sub.clone(), link.clone()),
         );
         assert!(s.missing.is_empty(), "{:?}", s.missing);
@@ -750,9 +837,76 @@ mod tests {
         }
         let d = tempfile::tempdir().unwrap();
         fs::write(d.path().join("a"), "1").unwrap();
-        let s = scan(&[d.path().to_path_buf()], &HashKey::fixed(), &mut Full);
+        let s = scan(
+            &[d.path().to_path_buf()],
+            &HashKey::fixed(),
+            &OwnFiles::default(),
+            &mut Full,
+        );
         assert_eq!(s.files, 1, "the scan goes on");
         assert_eq!(s.dirs[d.path()].wd, Err(Errno::ENOSPC));
+    }
+
+    #[test]
+    fn tends_own_files_are_never_covered_even_through_a_symlink() {
+        let d = tempfile::tempdir().unwrap();
+        let run = d.path().join("run");
+        fs::create_dir(&run).unwrap();
+        fs::write(run.join("app.conf"), "1").unwrap();
+        let before = fp(std::slice::from_ref(&run));
+        let own = OwnFiles::new(vec![run.join("ready"), run.join("status.json")]);
+        let link = d.path().join("conf");
+        symlink(&run, &link).unwrap();
+        for name in [
+            "ready",
+            "status.json",
+            ".ready.0123456789abcdef.tmp",
+            ".status.json.tmp.42",
+        ] {
+            fs::write(run.join(name), "tend's").unwrap();
+        }
+        let s = scan(
+            &[run.clone(), link.join("ready")],
+            &HashKey::fixed(),
+            &own,
+            &mut Unregistered,
+        );
+        assert_eq!(s.files, 1);
+        assert!(s.missing.is_empty());
+        assert_eq!(
+            s.dirs[&run].own,
+            [OsString::from("ready"), OsString::from("status.json")],
+            "their events are ignored"
+        );
+        let only_run = scan(
+            std::slice::from_ref(&run),
+            &HashKey::fixed(),
+            &own,
+            &mut Unregistered,
+        );
+        assert_eq!(
+            only_run.fingerprint, before,
+            "as if tend's files were not there"
+        );
+    }
+
+    #[test]
+    fn own_names_are_the_file_and_its_temporary_files() {
+        let own = OsStr::new("ready");
+        for name in ["ready", ".ready.0123456789abcdef.tmp", ".ready.tmp.1234"] {
+            assert!(is_own_name(own, OsStr::new(name)), "{name}");
+        }
+        for name in [
+            "ready.conf",
+            ".ready",
+            ".ready.0123456789abcdeg.tmp",
+            ".ready.0123.tmp",
+            ".ready.tmp.",
+            ".ready.tmp.12a",
+            ".readyx.0123456789abcdef.tmp",
+        ] {
+            assert!(!is_own_name(own, OsStr::new(name)), "{name}");
+        }
     }
 
     #[test]

@@ -34,7 +34,7 @@ use nix::sys::signal::{SigSet, SigmaskHow, pthread_sigmask};
 use nix::sys::time::TimeSpec;
 
 use super::books::{Books, Event, Scanned, limit_hint};
-use super::scan::{self, HashKey, Registrar};
+use super::scan::{self, HashKey, OwnFiles, Registrar};
 use super::{POLL_INTERVAL, WatchId};
 use crate::config;
 
@@ -97,9 +97,15 @@ pub enum Taken {
 }
 
 impl Handle {
-    /// Starts the thread for `watches` (relative paths taken from `cwd`).
-    /// Every watch is scanned at once.
-    pub fn start(watches: &[config::Watch], cwd: &Path, now: Instant) -> anyhow::Result<Handle> {
+    /// Starts the thread for `watches` (relative paths taken from `cwd`),
+    /// never covering `own` (what tend writes itself). Every watch is
+    /// scanned at once.
+    pub fn start(
+        watches: &[config::Watch],
+        cwd: &Path,
+        own: OwnFiles,
+        now: Instant,
+    ) -> anyhow::Result<Handle> {
         let eventfd = || EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC);
         let shared = Arc::new(Shared {
             scanned: Mutex::new(Vec::new()),
@@ -139,6 +145,7 @@ impl Handle {
             inotify,
             mount_table,
             key: HashKey::random(),
+            own,
             shared: shared.clone(),
         };
         one_malloc_arena();
@@ -200,6 +207,7 @@ struct Worker {
     inotify: Option<Inotify>,
     mount_table: Option<File>,
     key: HashKey,
+    own: OwnFiles,
     shared: Arc<Shared>,
 }
 
@@ -344,7 +352,7 @@ impl Worker {
         let mut files = 0;
         for id in due {
             let mut registrar = InotifyRegistrar(self.inotify.as_ref());
-            let scan = scan::scan(&self.paths[id.0], &self.key, &mut registrar);
+            let scan = scan::scan(&self.paths[id.0], &self.key, &self.own, &mut registrar);
             files += scan.files;
             let with_inotify = self.inotify.is_some();
             if let Some(scanned) = self
@@ -458,7 +466,13 @@ mod tests {
             dir.display().to_string()
         ))
         .unwrap();
-        Handle::start(&cfg.watches, Path::new("/"), Instant::now()).unwrap()
+        Handle::start(
+            &cfg.watches,
+            Path::new("/"),
+            OwnFiles::default(),
+            Instant::now(),
+        )
+        .unwrap()
     }
 
     fn next_scan(handle: &Handle) -> Scanned {
