@@ -415,7 +415,9 @@ fn polling_watches_return_to_inotify_once_the_instance_limit_is_raised() {
 fn a_fifo_swapped_in_for_a_watched_file_never_blocks_tend() {
     let sb = Sandbox::new();
     let conf = sb.write("app.conf", "v0");
-    let cfg = config(&sb, &conf, &[&conf], "debounce = \"0ms\"\n");
+    // The service itself must not open the FIFO: it reads another file.
+    let other = sb.write("other.conf", "o0");
+    let cfg = config(&sb, &other, &[&conf], "debounce = \"0ms\"\n");
     let mut tend = sb.tend().config(&cfg).start_ready();
     // Each swap makes tend scan again; a scan that finds a regular file and
     // then opens what has become a FIFO must not wait for a writer.
