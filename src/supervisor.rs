@@ -31,7 +31,7 @@ use crate::process::spawn::{self, Output, Spec};
 use crate::signals;
 use crate::sockets::Held;
 use crate::status::Readiness;
-use crate::watch::{WatchId, Watcher};
+use crate::watch::Watcher;
 
 pub struct Supervisor {
     core: Core,
@@ -103,7 +103,12 @@ impl Supervisor {
         Ok(Supervisor {
             core: Core::new(settings, &config.watches),
             signals,
-            watcher: Watcher::new(&config.watches, &cwd, Instant::now()),
+            watcher: Watcher::new(
+                &config.watches,
+                &cwd,
+                &own_files(&config.readiness),
+                Instant::now(),
+            )?,
             readiness,
             jobs: Vec::new(),
             env: config.service.env.clone(),
@@ -236,24 +241,24 @@ impl Supervisor {
 
     /// Sleeps until something happens or is due, and queues what happened.
     fn wait(&mut self, events: &mut VecDeque<Event>) -> anyhow::Result<()> {
-        let deadline = [
-            self.core.deadline(),
-            self.watcher.deadline(),
-            self.readiness.deadline(),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
+        let deadline = [self.core.deadline(), self.readiness.deadline()]
+            .into_iter()
+            .flatten()
+            .min();
         let timeout =
             deadline.map(|d| TimeSpec::from_duration(d.saturating_duration_since(Instant::now())));
-        let (signals, inotify, notify, jobs) = {
+        let (signals, watcher, notify, jobs) = {
             let mut fds = vec![PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
+            let watcher_fds = self.watcher.poll_fds();
+            let watcher_at = fds.len();
+            let watcher_n = watcher_fds.len();
+            fds.extend(
+                watcher_fds
+                    .into_iter()
+                    .map(|(fd, flags)| PollFd::new(fd, flags)),
+            );
             let notify_at = self.notify.as_ref().map(|n| {
                 fds.push(PollFd::new(n.fd(), PollFlags::POLLIN));
-                fds.len() - 1
-            });
-            let inotify_at = self.watcher.fd().map(|fd| {
-                fds.push(PollFd::new(fd, PollFlags::POLLIN));
                 fds.len() - 1
             });
             let mut job_at = Vec::new();
@@ -275,7 +280,9 @@ impl Supervisor {
                 .collect();
             (
                 ready(0),
-                inotify_at.is_some_and(ready),
+                (watcher_at..watcher_at + watcher_n)
+                    .map(ready)
+                    .collect::<Vec<bool>>(),
                 notify_at.is_some_and(ready),
                 jobs,
             )
@@ -296,30 +303,15 @@ impl Supervisor {
                 });
             }
         }
-        if inotify {
-            self.watcher.read_events(now);
-        }
         self.readiness.retry(now);
-        for i in self.watcher.take_due(now) {
-            if let Some(scan) = self.watcher.scan(i, now) {
-                let changed = self
-                    .watcher
-                    .paths(i)
-                    .iter()
-                    .zip(&scan.per_path)
-                    .zip(self.watcher.previous(i))
-                    .filter(|((_, new), old)| new != old)
-                    .map(|((p, _), _)| p.clone())
-                    .collect();
-                events.push_back(Event::Content(Content {
-                    watch: WatchId(i),
-                    fingerprint: scan.fingerprint,
-                    changed,
-                    files: scan.files,
-                    missing: scan.missing.clone(),
-                }));
-                self.watcher.remember(i, &scan);
-            }
+        for r in self.watcher.pump(&watcher) {
+            events.push_back(Event::Content(Content {
+                watch: r.watch,
+                fingerprint: r.fingerprint,
+                changed: r.changed,
+                files: r.files,
+                missing: r.missing,
+            }));
         }
         Ok(())
     }
@@ -353,6 +345,16 @@ impl Supervisor {
             events.push_back(self.reap());
         }
     }
+}
+
+/// The files tend writes itself, which no watch may take for a change.
+fn own_files(readiness: &crate::config::Readiness) -> Vec<PathBuf> {
+    readiness
+        .file
+        .iter()
+        .chain(&readiness.status_file)
+        .cloned()
+        .collect()
 }
 
 fn clock() -> Now {

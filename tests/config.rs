@@ -166,10 +166,6 @@ fn configs_that_can_never_work_here_exit_2_naming_key_and_line() {
             &["line 2, column 15: service.working_dir \"/no/such/dir\""],
         ),
         (
-            format!("[readiness]\nstatus_file = \"conf/status.json\"\n{watch}"),
-            &["line 2", "inside \"conf\", which watch \"app\" covers"],
-        ),
-        (
             format!("{watch}check_timeout = \"0s\"\n"),
             &["line 5", "`check_timeout` is 0"],
         ),
@@ -230,4 +226,22 @@ fn watched_paths_that_may_appear_later_are_warnings() {
         "{err}"
     );
     assert!(err.contains("/no/such/dir does not exist (yet)"), "{err}");
+}
+
+#[test]
+fn a_readiness_file_inside_a_watched_path_is_a_warning() {
+    let sb = Sandbox::new();
+    std::fs::create_dir(sb.path("conf")).unwrap();
+    let (code, _, err) = check_config(
+        &sb,
+        "[readiness]\nstatus_file = \"conf/status.json\"\n\
+         [[watch]]\nname = \"app\"\npaths = [\"conf\"]\non_change = \"none\"\n",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("tend: warning: ")
+            && err.contains("line 2")
+            && err.contains("inside \"conf\", which watch \"app\" covers"),
+        "{err}"
+    );
 }

@@ -263,13 +263,18 @@ fn an_idle_tend_does_not_wake_up() {
     );
     let mut tend = sb.tend().config(&cfg).start_ready();
     let pid = tend.pid();
+    // Every thread of tend: the loop's and the watcher's.
     let switches = || {
-        let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        status
-            .lines()
-            .filter(|l| l.contains("ctxt_switches"))
-            .map(|l| l.split_whitespace().last().unwrap().parse::<u64>().unwrap())
-            .sum::<u64>()
+        let mut n = 0;
+        for task in fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+            let status = fs::read_to_string(task.path().join("status")).unwrap();
+            n += status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches"))
+                .map(|l| l.split_whitespace().last().unwrap().parse::<u64>().unwrap())
+                .sum::<u64>();
+        }
+        n
     };
     // Let the debounce of the start-up settle.
     quiet(0.5);
@@ -404,4 +409,235 @@ fn a_polling_watch_returns_to_inotify_once_the_watch_limit_is_raised() {
 #[test]
 fn polling_watches_return_to_inotify_once_the_instance_limit_is_raised() {
     returns_to_inotify("max_inotify_instances", "max_user_instances");
+}
+
+#[test]
+fn a_fifo_swapped_in_for_a_watched_file_never_blocks_tend() {
+    let sb = Sandbox::new();
+    let conf = sb.write("app.conf", "v0");
+    // The service itself must not open the FIFO: it reads another file.
+    let other = sb.write("other.conf", "o0");
+    let cfg = config(&sb, &other, &[&conf], "debounce = \"0ms\"\n");
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    // Each swap makes tend scan again; a scan that finds a regular file and
+    // then opens what has become a FIFO must not wait for a writer.
+    let fifo = sb.path("fifo.tmp");
+    let plain = sb.path("plain.tmp");
+    let until = std::time::Instant::now() + secs(3.0);
+    let mut i = 0;
+    while std::time::Instant::now() < until {
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRUSR).unwrap();
+        fs::rename(&fifo, &conf).unwrap();
+        fs::write(&plain, format!("v{i}")).unwrap();
+        fs::rename(&plain, &conf).unwrap();
+        i += 1;
+    }
+    quiet(0.2);
+    tend.signal(Signal::SIGUSR1);
+    sb.wait_log("service sig SIGUSR1", 1, secs(5.0));
+}
+
+#[test]
+fn every_file_of_a_large_directory_is_covered() {
+    let sb = Sandbox::new();
+    let dir = sb.path("many");
+    fs::create_dir(&dir).unwrap();
+    for i in 0..10_050 {
+        fs::write(dir.join(format!("f{i:05}.conf")), "0").unwrap();
+    }
+    // Last in any order a scan could use.
+    let last = dir.join("f10049.conf");
+    let cfg = config(&sb, &last, &[&dir], "");
+    let tend = sb.tend().config(&cfg).start_ready();
+    fs::write(&last, "changed").unwrap();
+    sb.wait_log("service sig SIGHUP", 1, secs(10.0));
+    assert_eq!(sb.seen_on("SIGHUP"), ["changed"]);
+    assert!(tend.stderr().contains("files=10050"), "{}", tend.stderr());
+}
+
+#[test]
+fn a_busy_sibling_delays_a_change_by_at_most_the_max_wait() {
+    let sb = Sandbox::new();
+    let dir = sb.path("conf.d");
+    let quiet_file = sb.write("conf.d/app.conf", "v0");
+    let busy = sb.write("conf.d/access.log", "");
+    let cfg = config(&sb, &quiet_file, &[&dir], "debounce = \"100ms\"\n");
+    let _tend = sb.tend().config(&cfg).start_ready();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let appender = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            use std::io::Write as _;
+            let mut f = fs::File::options().append(true).open(busy).unwrap();
+            let until = std::time::Instant::now() + secs(15.0);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed)
+                && std::time::Instant::now() < until
+            {
+                f.write_all(b"GET /\n").unwrap();
+                std::thread::sleep(secs(0.05));
+            }
+        })
+    };
+    quiet(0.5);
+    fs::write(&quiet_file, "v1").unwrap();
+    let changed = std::time::Instant::now();
+    wait_for("a SIGHUP with the new content", secs(12.0), || {
+        sb.seen_on("SIGHUP")
+            .contains(&"v1".to_string())
+            .then_some(())
+    });
+    let took = changed.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    appender.join().unwrap();
+    // The rule: max(1 s, 4 x debounce) after the first unscanned event.
+    assert!(
+        took < secs(2.5),
+        "the change reached the service after {took:?} while a sibling kept changing"
+    );
+}
+
+/// Whether tend has `file` open (any of its threads).
+fn has_open(tend: &mut Tend, file: &Path) -> bool {
+    let pid = tend.pid();
+    fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|fds| {
+            fds.flatten()
+                .any(|fd| fs::read_link(fd.path()).is_ok_and(|t| t == file))
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn signals_flow_while_a_large_file_is_hashed() {
+    // Large enough that hashing it takes seconds in this build (SHA-256 runs
+    // about 25x faster in a release build).
+    let size: u64 = if cfg!(debug_assertions) {
+        512
+    } else {
+        12 * 1024
+    } << 20;
+    let sb = Sandbox::new();
+    let big = sb.write("data/big.bin", "small at first");
+    let conf = sb.write("app.conf", "v0");
+    let cfg = config(&sb, &conf, &[&big, &conf], "");
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    // Sparse: instant to make, and read from memory, so the time is hashing.
+    fs::File::options()
+        .write(true)
+        .open(&big)
+        .unwrap()
+        .set_len(size)
+        .unwrap();
+    wait_for("tend to open the large file", secs(10.0), || {
+        has_open(&mut tend, &big).then_some(())
+    });
+
+    let sent = std::time::Instant::now();
+    tend.signal(Signal::SIGUSR1);
+    sb.wait_log("service sig SIGUSR1", 1, secs(30.0));
+    let forwarded = sent.elapsed();
+    assert!(
+        forwarded < secs(1.0),
+        "SIGUSR1 took {forwarded:?} to reach the service while a file was hashed"
+    );
+    assert!(
+        has_open(&mut tend, &big),
+        "the hash finished before the signal arrived: make the file larger for this machine"
+    );
+
+    let sent = std::time::Instant::now();
+    tend.signal(Signal::SIGTERM);
+    let code = tend.wait(secs(60.0));
+    let stopped = sent.elapsed();
+    assert_eq!(code, 0);
+    assert!(
+        stopped < secs(2.0),
+        "SIGTERM took {stopped:?} to end tend while a file was hashed"
+    );
+}
+
+#[test]
+fn only_a_tend_with_watches_runs_a_watcher_thread() {
+    let sb = Sandbox::new();
+    let threads = |tend: &mut Tend| {
+        let pid = tend.pid();
+        fs::read_dir(format!("/proc/{pid}/task")).unwrap().count()
+    };
+    let mut plain = sb.tend().command(&sb.service(&[])).start();
+    sb.wait_log("service start", 1, secs(10.0));
+    assert_eq!(threads(&mut plain), 1, "a plain init is one thread");
+    plain.signal(Signal::SIGTERM);
+    plain.wait(secs(10.0));
+
+    let conf = sb.write("app.conf", "v0");
+    let cfg = config(&sb, &conf, &[&conf], "");
+    let mut watching = sb.tend().config(&cfg).start_ready();
+    assert_eq!(threads(&mut watching), 2);
+}
+
+#[test]
+fn a_volume_mounted_over_a_watched_directory_is_followed() {
+    let sb = Sandbox::new();
+    let dir = sb.path("mnt");
+    let conf = sb.write("mnt/app.conf", "v0");
+    let cfg = config(&sb, &conf, &[&dir], "");
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    // In tend's own mount namespace, as a volume (re)mounted in a container.
+    let pid = tend.pid().to_string();
+    let in_tend = |script: &str| {
+        let status = std::process::Command::new("nsenter")
+            .args(["-t", &pid, "-m", "sh", "-ec", script])
+            .status()
+            .unwrap();
+        assert!(status.success(), "{script}");
+    };
+    let dir_s = dir.display().to_string();
+    in_tend(&format!(
+        "mount -t tmpfs tend-test {dir_s} && echo v1 > {dir_s}/app.conf"
+    ));
+    wait_for("a SIGHUP with the mounted content", secs(5.0), || {
+        (sb.seen_on("SIGHUP").last().map(String::as_str) == Some("v1")).then_some(())
+    });
+    // The new volume is watched, not only scanned once.
+    let n = sb.log("service sig SIGHUP").len();
+    in_tend(&format!("echo v2 > {dir_s}/app.conf"));
+    sb.wait_log("service sig SIGHUP", n + 1, secs(5.0));
+    assert_eq!(sb.seen_on("SIGHUP").last().unwrap(), "v2");
+    // Unmounted: the directory underneath is what the service reads again.
+    in_tend(&format!("umount {dir_s}"));
+    sb.wait_log("service sig SIGHUP", n + 2, secs(5.0));
+    assert_eq!(sb.seen_on("SIGHUP").last().unwrap(), "v0");
+}
+
+#[test]
+fn tends_own_files_never_cause_a_reload() {
+    let sb = Sandbox::new();
+    let run = sb.path("run");
+    let conf = sb.path("conf");
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = {}\n\n[readiness]\nfile = {:?}\nstatus_file = {:?}\n\n\
+         [[watch]]\npaths = [{:?}]\non_change = \"signal\"\n",
+        sb.service_toml(&["--config", &conf.join("app.conf").display().to_string()]),
+        run.join("ready").display().to_string(),
+        run.join("status.json").display().to_string(),
+        conf.display().to_string(),
+    ));
+    let _tend = sb.tend().config(&cfg).start();
+    sb.wait_log("service start", 1, secs(10.0));
+    wait_for("the ready file", secs(10.0), || {
+        run.join("ready").exists().then_some(())
+    });
+    // The watched path appears as a symlink to the directory tend writes in.
+    std::os::unix::fs::symlink(&run, &conf).unwrap();
+    sb.wait_log("service sig SIGHUP", 1, secs(5.0));
+    quiet(2.0);
+    assert_eq!(
+        sb.log("service sig SIGHUP").len(),
+        1,
+        "tend reloaded on its own writes to the ready and status files"
+    );
+    fs::write(run.join("app.conf"), "v1").unwrap();
+    sb.wait_log("service sig SIGHUP", 2, secs(5.0));
+    quiet(1.0);
+    assert_eq!(sb.seen_on("SIGHUP"), ["MISSING", "v1"]);
 }

@@ -1,10 +1,11 @@
 //! A config checked against the host it is about to run on, for what the
 //! file alone cannot say. What can never work here is an error: a
 //! working_dir that is not there, a command written as one string with
-//! spaces (`["nginx -t"]`: there is no shell to split it), a readiness file
-//! inside a watched path (tend would react to its own writes). What may work
-//! later is a warning: a watched path that does not exist yet, a relative
-//! one (it depends on the directory tend is started in).
+//! spaces (`["nginx -t"]`: there is no shell to split it). What may work
+//! later, or works but is likely a mistake, is a warning: a watched path that
+//! does not exist yet, a relative one (it depends on the directory tend is
+//! started in), a readiness file inside a watched path (tend never takes its
+//! own writes for a change, but a check that reads the directory sees them).
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
@@ -21,8 +22,9 @@ pub(super) fn inspect(
 ) -> Result<Vec<String>, String> {
     let run_dir = working_dir(config, spans, text, cwd)?;
     commands(config, spans, text, &run_dir)?;
-    readiness_files(config, spans, text, cwd)?;
-    Ok(watched_paths(config, spans, text, cwd))
+    let mut warnings = readiness_files(config, spans, text, cwd);
+    warnings.extend(watched_paths(config, spans, text, cwd));
+    Ok(warnings)
 }
 
 /// Where commands run (a relative program is found from there); an error
@@ -81,8 +83,9 @@ fn commands(config: &Config, spans: &Spans, text: &str, run_dir: &Path) -> Resul
     Ok(())
 }
 
-/// An error when a readiness file lies inside a watched path.
-fn readiness_files(config: &Config, spans: &Spans, text: &str, cwd: &Path) -> Result<(), String> {
+/// A warning when a readiness file lies inside a watched path.
+fn readiness_files(config: &Config, spans: &Spans, text: &str, cwd: &Path) -> Vec<String> {
+    let mut warnings = Vec::new();
     let files = [
         (&config.readiness.file, &spans.file, "[readiness] file"),
         (
@@ -95,20 +98,20 @@ fn readiness_files(config: &Config, spans: &Spans, text: &str, cwd: &Path) -> Re
         let Some(file) = file else { continue };
         for w in &config.watches {
             if let Some(path) = w.paths.iter().find(|p| is_inside(cwd, file, p)) {
-                return Err(at(
+                warnings.push(at(
                     text,
                     span.clone().unwrap_or_default(),
                     &format!(
-                        "{key} {file:?} is inside {path:?}, which watch {:?} covers: tend would \
-                         take its own writes for config changes; put it outside every watched \
-                         path (e.g. under /run/tend)",
+                        "{key} {file:?} is inside {path:?}, which watch {:?} covers: tend never \
+                         takes its own writes for a change, but the watch's check sees the file; \
+                         consider a place outside every watched path (e.g. /run/tend)",
                         w.name
                     ),
                 ));
             }
         }
     }
-    Ok(())
+    warnings
 }
 
 /// Warnings for watched paths that are relative or do not exist yet.
@@ -300,7 +303,7 @@ mod tests {
     }
 
     #[test]
-    fn a_readiness_file_inside_a_watched_path_is_an_error() {
+    fn a_readiness_file_inside_a_watched_path_is_a_warning() {
         let d = dir();
         fs::create_dir(d.path().join("conf")).unwrap();
         let watch =
@@ -311,18 +314,20 @@ mod tests {
             "[readiness]\nfile = \"conf\"\n",
             "[readiness]\nfile = \"/etc/x/y/ready\"\n",
         ] {
-            let e = inspect_text(&format!("{readiness}{watch}"), d.path()).unwrap_err();
+            let w = inspect_text(&format!("{readiness}{watch}"), d.path()).unwrap();
+            let e = &w[0];
             assert!(e.starts_with("line 2, column"), "{readiness}: {e}");
             assert!(e.contains("watch \"app\" covers"), "{readiness}: {e}");
         }
         // Through a symlink to the watched directory.
         std::os::unix::fs::symlink(d.path().join("conf"), d.path().join("link")).unwrap();
         let text = format!("[readiness]\nfile = \"link/ready\"\n{watch}");
-        assert!(inspect_text(&text, d.path()).is_err());
+        assert!(inspect_text(&text, d.path()).unwrap()[0].contains("covers"));
         // Beside it is fine, and so is a prefix that is not a parent.
         let text =
             format!("[readiness]\nfile = \"ready\"\nstatus_file = \"conf2/s.json\"\n{watch}");
-        assert!(inspect_text(&text, d.path()).is_ok());
+        let w = inspect_text(&text, d.path()).unwrap();
+        assert!(w.iter().all(|w| !w.contains("covers")), "{w:?}");
     }
 
     #[test]

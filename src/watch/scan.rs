@@ -6,6 +6,10 @@
 //! gets watched, never the file behind it (a watch on the file would follow
 //! the symlink into a kubelet's timestamped directory and die with it).
 //!
+//! A directory is registered with inotify (through a [`Registrar`]) *before*
+//! anything in it is read, so a change made after the read raises an event;
+//! a lookup made before its directory was registered is made again.
+//!
 //! Kubernetes volumes: a directory that holds `..data` is a kubelet volume.
 //! Its keys are the entries of `..data`, not the top-level symlinks: the
 //! kubelet creates the symlink of a key an update adds only after it renamed
@@ -14,23 +18,26 @@
 //! exist yet is reported as `unpublished` so the caller can wait for it before
 //! it tells the service. Names that begin with `..` are the kubelet's own and
 //! are never walked directly.
+//!
+//! tend's own files (the ready and status files, and the temporary files
+//! they are written through) are never covered, wherever a path leads: tend
+//! must not reload on its own writes.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 
+use nix::errno::Errno;
 use sha2::{Digest, Sha256};
 
 /// Symlinks followed while resolving one path before giving up (as ELOOP).
 const MAX_SYMLINKS: usize = 40;
 /// Directory depth below a watched path.
-const MAX_DEPTH: usize = 32;
-/// Regular files one watch may cover; past this the scan stops and says so.
-pub const MAX_FILES: usize = 10_000;
+pub const MAX_DEPTH: usize = 32;
 
 /// A keyed SHA-256 of everything a watch covers: file names, content, and
 /// which paths are missing or unreadable. The key is random per tend process,
@@ -109,7 +116,71 @@ impl Interest {
     }
 }
 
+/// Registers directories with inotify for a scan, before it reads them.
+pub trait Registrar {
+    /// The watch descriptor of `dir`, None when nothing registers (the watch
+    /// is scanned on an interval), or why inotify_add_watch() failed.
+    fn watch_dir(&mut self, dir: &Path) -> Result<Option<i32>, Errno>;
+}
+
+/// A directory a scan depends on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dir {
+    pub interest: Interest,
+    /// What [`Registrar::watch_dir`] said, before the scan read the directory.
+    pub wd: Result<Option<i32>, Errno>,
+    /// Names of tend's own files in it: never covered, their events ignored.
+    pub own: Vec<OsString>,
+}
+
+/// Files tend writes itself (absolute paths).
+#[derive(Debug, Clone, Default)]
+pub struct OwnFiles(Vec<PathBuf>);
+
+impl OwnFiles {
+    pub fn new(paths: Vec<PathBuf>) -> OwnFiles {
+        OwnFiles(paths)
+    }
+
+    /// (device, inode) of each file's directory as it is now, and its name:
+    /// a symlink or a bind mount that leads to the same directory is caught.
+    fn locate(&self) -> Vec<((u64, u64), OsString)> {
+        self.0
+            .iter()
+            .filter_map(|p| {
+                let name = p.file_name()?.to_os_string();
+                let dir = fs::metadata(p.parent()?).ok()?;
+                Some(((dir.dev(), dir.ino()), name))
+            })
+            .collect()
+    }
+}
+
+/// Whether `name` is tend's own file `own`, or a temporary file it is
+/// written through: `.{own}.{16 hex digits}.tmp`, or `.{own}.tmp.{pid}`.
+pub fn is_own_name(own: &OsStr, name: &OsStr) -> bool {
+    if name == own {
+        return true;
+    }
+    let Some(rest) = name
+        .as_bytes()
+        .strip_prefix(b".")
+        .and_then(|r| r.strip_prefix(own.as_bytes()))
+        .and_then(|r| r.strip_prefix(b"."))
+    else {
+        return false;
+    };
+    let hex = rest
+        .strip_suffix(b".tmp")
+        .is_some_and(|h| h.len() == 16 && h.iter().all(u8::is_ascii_hexdigit));
+    let pid = rest
+        .strip_prefix(b"tmp.")
+        .is_some_and(|d| !d.is_empty() && d.iter().all(u8::is_ascii_digit));
+    hex || pid
+}
+
 /// The result of one scan.
+#[derive(Debug)]
 pub struct Scan {
     pub fingerprint: Fingerprint,
     /// One fingerprint per watched path, in the order of `paths`.
@@ -121,23 +192,18 @@ pub struct Scan {
     /// Kubelet keys present in `..data` whose top-level symlink is not there yet.
     pub unpublished: Vec<PathBuf>,
     /// Directories to watch, and for what.
-    pub dirs: BTreeMap<PathBuf, Interest>,
-    /// True when the watch covers more than [`MAX_FILES`] files.
-    pub truncated: bool,
+    pub dirs: BTreeMap<PathBuf, Dir>,
 }
 
-/// Scans `paths` (absolute) and fingerprints them with `key`.
-pub fn scan(paths: &[PathBuf], key: &HashKey) -> Scan {
-    let mut s = Scanner {
-        hasher: Sha256::default(),
-        files: 0,
-        missing: Vec::new(),
-        unpublished: Vec::new(),
-        dirs: BTreeMap::new(),
-        truncated: false,
-        visited: HashSet::new(),
-        buf: vec![0; 64 * 1024],
-    };
+/// Scans `paths` (absolute) and fingerprints them with `key`, registering
+/// each directory it depends on with `registrar` before reading it.
+pub fn scan(
+    paths: &[PathBuf],
+    key: &HashKey,
+    own: &OwnFiles,
+    registrar: &mut dyn Registrar,
+) -> Scan {
+    let mut s = Scanner::new(registrar, own);
     let mut per_path = Vec::with_capacity(paths.len());
     let mut all = Sha256::new();
     all.update(key.0);
@@ -146,8 +212,10 @@ pub fn scan(paths: &[PathBuf], key: &HashKey) -> Scan {
         s.hasher.update(key.0);
         s.hasher.update(path.as_os_str().as_bytes());
         s.hasher.update(b"\0");
-        if let Some(real) = s.resolve_watched(path) {
-            s.cover(Path::new(""), &real, 0);
+        match s.resolve_watched(path) {
+            Ok(real) => s.cover(Path::new(""), &real, 0),
+            Err(Unresolved::Own) => s.hasher.update(b"own\0"),
+            Err(_) => {}
         }
         let fp = Fingerprint(std::mem::take(&mut s.hasher).finalize().into());
         all.update(fp.0);
@@ -160,66 +228,103 @@ pub fn scan(paths: &[PathBuf], key: &HashKey) -> Scan {
         missing: s.missing,
         unpublished: s.unpublished,
         dirs: s.dirs,
-        truncated: s.truncated,
     }
 }
 
-struct Scanner {
+struct Scanner<'r> {
+    registrar: &'r mut dyn Registrar,
+    /// tend's own files, located when the scan began.
+    own: Vec<((u64, u64), OsString)>,
     hasher: Sha256,
     files: usize,
     missing: Vec<PathBuf>,
     unpublished: Vec<PathBuf>,
-    dirs: BTreeMap<PathBuf, Interest>,
-    truncated: bool,
+    dirs: BTreeMap<PathBuf, Dir>,
     /// (dev, ino) of directories already covered, against symlink loops.
     visited: HashSet<(u64, u64)>,
     buf: Vec<u8>,
 }
 
 /// Why a path did not resolve.
-#[derive(PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 enum Unresolved {
     /// A name on the way does not exist (or cannot be looked up).
     Missing,
     /// A symlink could not be read, or they loop.
     Broken,
+    /// It leads to one of tend's own files.
+    Own,
 }
 
-impl Scanner {
-    fn watch(&mut self, dir: &Path, interest: Interest) {
+impl<'r> Scanner<'r> {
+    fn new(registrar: &'r mut dyn Registrar, own: &OwnFiles) -> Scanner<'r> {
+        Scanner {
+            registrar,
+            own: own.locate(),
+            hasher: Sha256::default(),
+            files: 0,
+            missing: Vec::new(),
+            unpublished: Vec::new(),
+            dirs: BTreeMap::new(),
+            visited: HashSet::new(),
+            buf: vec![0; 64 * 1024],
+        }
+    }
+
+    /// Watches `dir` for `interest`. Returns true when `dir` was registered
+    /// just now: what was read in it before is to be read again.
+    fn watch(&mut self, dir: &Path, interest: Interest) -> bool {
         // A kubelet snapshot directory never changes in place and is deleted
         // on the next update: the `..data` rename in its parent says it all.
         if dir
             .components()
             .any(|c| matches!(c, Component::Normal(n) if is_kubelet_internal(n)))
         {
-            return;
+            return false;
         }
-        match self.dirs.get_mut(dir) {
-            Some(existing) => existing.merge(interest),
-            None => {
-                self.dirs.insert(dir.to_path_buf(), interest);
-            }
+        if let Some(existing) = self.dirs.get_mut(dir) {
+            existing.interest.merge(interest);
+            return false;
         }
+        let wd = self.registrar.watch_dir(dir);
+        let own = if self.own.is_empty() {
+            Vec::new()
+        } else {
+            let id = fs::metadata(dir).map(|m| (m.dev(), m.ino())).ok();
+            self.own
+                .iter()
+                .filter(|(d, _)| Some(*d) == id)
+                .map(|(_, name)| name.clone())
+                .collect()
+        };
+        self.dirs
+            .insert(dir.to_path_buf(), Dir { interest, wd, own });
+        true
     }
 
-    fn watch_name(&mut self, dir: &Path, name: &OsStr) {
+    fn watch_name(&mut self, dir: &Path, name: &OsStr) -> bool {
         self.watch(dir, Interest::Names(BTreeSet::from([name.to_os_string()])))
+    }
+
+    fn is_own(&self, dir: &Path, name: &OsStr) -> bool {
+        self.dirs
+            .get(dir)
+            .is_some_and(|d| d.own.iter().any(|o| is_own_name(o, name)))
     }
 
     /// Resolves a watched `path` (absolute) to a real path; a missing one is
     /// reported as missing.
-    fn resolve_watched(&mut self, path: &Path) -> Option<PathBuf> {
+    fn resolve_watched(&mut self, path: &Path) -> Result<PathBuf, Unresolved> {
         let found = self.resolve(PathBuf::from("/"), components(path));
         if found == Err(Unresolved::Missing) {
             self.missing.push(path.to_path_buf());
         }
-        found.ok()
+        found
     }
 
     /// Resolves `names` below the real directory `cur` component by
-    /// component to a real path, watching the directory that holds each name
-    /// on the way.
+    /// component to a real path, watching the directory that holds the path
+    /// itself, each symlink on the way, and a name that is missing.
     fn resolve(
         &mut self,
         mut cur: PathBuf,
@@ -231,8 +336,26 @@ impl Scanner {
                 cur.pop();
                 continue;
             }
+            let last = queue.is_empty();
+            if last {
+                // The path itself: watch its directory for it being
+                // replaced, written, or removed.
+                self.watch_name(&cur, &name);
+                if self.is_own(&cur, &name) {
+                    return Err(Unresolved::Own);
+                }
+            }
             let cand = cur.join(&name);
-            let meta = match fs::symlink_metadata(&cand) {
+            let mut looked_up = fs::symlink_metadata(&cand);
+            let plain_dir = looked_up
+                .as_ref()
+                .is_ok_and(|m| !m.file_type().is_symlink());
+            if !last && !plain_dir && self.watch_name(&cur, &name) {
+                // Looked up before its directory was watched: again, so a
+                // change in between is not missed.
+                looked_up = fs::symlink_metadata(&cand);
+            }
+            let meta = match looked_up {
                 Ok(m) => m,
                 Err(e) => {
                     self.watch_name(&cur, &name);
@@ -275,11 +398,6 @@ impl Scanner {
                 queue = rest;
                 continue;
             }
-            if queue.is_empty() {
-                // The path itself: watch its directory for it being
-                // replaced, written, or removed.
-                self.watch_name(&cur, &name);
-            }
             cur = cand;
         }
         Ok(cur)
@@ -293,7 +411,11 @@ impl Scanner {
         };
         if meta.is_file() {
             self.hash_file(rel, real);
-        } else if meta.is_dir() {
+        } else if !meta.is_dir() {
+            // Sockets, FIFOs and devices are not config: never opened (a
+            // FIFO would block, a device may act on open).
+            self.not_regular(rel);
+        } else {
             if depth > MAX_DEPTH || !self.visited.insert((meta.dev(), meta.ino())) {
                 return;
             }
@@ -309,12 +431,9 @@ impl Scanner {
                 Ok(entries) => entries.flatten().map(|e| e.file_name()).collect(),
                 Err(e) => return self.record_problem(&e),
             };
-            names.retain(|n| !is_kubelet_internal(n));
+            names.retain(|n| !is_kubelet_internal(n) && !self.is_own(real, n));
             names.sort();
             for name in names {
-                if self.truncated {
-                    return;
-                }
                 let child_rel = rel.join(&name);
                 self.hasher.update(b"entry\0");
                 self.hasher.update(child_rel.as_os_str().as_bytes());
@@ -326,23 +445,28 @@ impl Scanner {
                 }
             }
         }
-        // Sockets, FIFOs and devices are not config: never opened (a FIFO
-        // would block), not part of the fingerprint.
     }
 
     fn hash_file(&mut self, rel: &Path, real: &Path) {
-        if self.files >= MAX_FILES {
-            self.truncated = true;
-            return;
-        }
-        self.files += 1;
-        self.hasher.update(b"file\0");
-        self.hasher.update(rel.as_os_str().as_bytes());
-        self.hasher.update(b"\0");
-        let mut f = match File::open(real) {
-            Ok(f) => f,
-            Err(e) => return self.record_problem(&e),
+        // What was a regular file when it was looked up may be a FIFO by
+        // now (renamed over it): O_NONBLOCK makes open() of a FIFO return at
+        // once instead of waiting for a writer, and what counts is what the
+        // fd that was opened is.
+        let opened = File::options()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(real)
+            .and_then(|f| Ok((f.metadata()?, f)));
+        let mut f = match opened {
+            Ok((meta, f)) if meta.is_file() => f,
+            Ok(_) => return self.not_regular(rel),
+            Err(e) => {
+                self.file_header(rel);
+                return self.record_problem(&e);
+            }
         };
+        self.files += 1;
+        self.file_header(rel);
         let mut len: u64 = 0;
         loop {
             match f.read(&mut self.buf) {
@@ -356,6 +480,19 @@ impl Scanner {
             }
         }
         self.hasher.update(len.to_le_bytes());
+    }
+
+    fn file_header(&mut self, rel: &Path) {
+        self.hasher.update(b"file\0");
+        self.hasher.update(rel.as_os_str().as_bytes());
+        self.hasher.update(b"\0");
+    }
+
+    /// A socket, FIFO or device: its name counts, it is never read.
+    fn not_regular(&mut self, rel: &Path) {
+        self.hasher.update(b"not a regular file\0");
+        self.hasher.update(rel.as_os_str().as_bytes());
+        self.hasher.update(b"\0");
     }
 
     /// A path that cannot be read is part of what the watch sees: it changes
@@ -387,8 +524,21 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
+    /// A scan without inotify.
+    struct Unregistered;
+
+    impl Registrar for Unregistered {
+        fn watch_dir(&mut self, _: &Path) -> Result<Option<i32>, Errno> {
+            Ok(None)
+        }
+    }
+
+    fn plain_scan(paths: &[PathBuf], key: &HashKey) -> Scan {
+        scan(paths, key, &OwnFiles::default(), &mut Unregistered)
+    }
+
     fn fp(paths: &[PathBuf]) -> Fingerprint {
-        scan(paths, &HashKey::fixed()).fingerprint
+        plain_scan(paths, &HashKey::fixed()).fingerprint
     }
 
     /// The kubelet's AtomicWriter, reduced to its filesystem operations.
@@ -435,10 +585,10 @@ mod tests {
     fn a_missing_path_is_reported_and_differs_from_an_empty_file() {
         let d = tempfile::tempdir().unwrap();
         let f = d.path().join("later.conf");
-        let s = scan(std::slice::from_ref(&f), &HashKey::fixed());
+        let s = plain_scan(std::slice::from_ref(&f), &HashKey::fixed());
         assert_eq!(s.missing, vec![f.clone()]);
         assert_eq!(
-            s.dirs[d.path()],
+            s.dirs[d.path()].interest,
             Interest::Names(BTreeSet::from(["later.conf".into()]))
         );
         fs::write(&f, "").unwrap();
@@ -449,10 +599,10 @@ mod tests {
     fn a_missing_directory_is_watched_from_its_nearest_parent() {
         let d = tempfile::tempdir().unwrap();
         let f = d.path().join("sub/dir/app.conf");
-        let s = scan(&[f], &HashKey::fixed());
+        let s = plain_scan(&[f], &HashKey::fixed());
         assert_eq!(s.dirs.len(), 1);
         assert_eq!(
-            s.dirs[d.path()],
+            s.dirs[d.path()].interest,
             Interest::Names(BTreeSet::from(["sub".into()]))
         );
     }
@@ -463,10 +613,10 @@ mod tests {
         fs::create_dir_all(d.path().join("conf/sub")).unwrap();
         fs::write(d.path().join("conf/a"), "1").unwrap();
         fs::write(d.path().join("conf/sub/b"), "2").unwrap();
-        let s = scan(&[d.path().join("conf")], &HashKey::fixed());
+        let s = plain_scan(&[d.path().join("conf")], &HashKey::fixed());
         assert_eq!(s.files, 2);
-        assert_eq!(s.dirs[&d.path().join("conf")], Interest::All);
-        assert_eq!(s.dirs[&d.path().join("conf/sub")], Interest::All);
+        assert_eq!(s.dirs[&d.path().join("conf")].interest, Interest::All);
+        assert_eq!(s.dirs[&d.path().join("conf/sub")].interest, Interest::All);
         // Renaming a file changes the fingerprint even with the same bytes.
         fs::rename(d.path().join("conf/sub/b"), d.path().join("conf/sub/c")).unwrap();
         assert_ne!(fp(&[d.path().join("conf")]), s.fingerprint);
@@ -478,10 +628,14 @@ mod tests {
         fs::create_dir(d.path().join("real")).unwrap();
         fs::write(d.path().join("real/app.conf"), "v1").unwrap();
         symlink(d.path().join("real/app.conf"), d.path().join("app.conf")).unwrap();
-        let s = scan(&[d.path().join("app.conf")], &HashKey::fixed());
+        let s = plain_scan(&[d.path().join("app.conf")], &HashKey::fixed());
         assert_eq!(s.files, 1);
-        assert!(s.dirs[d.path()].matches(OsStr::new("app.conf")));
-        assert!(s.dirs[&d.path().join("real")].matches(OsStr::new("app.conf")));
+        assert!(s.dirs[d.path()].interest.matches(OsStr::new("app.conf")));
+        assert!(
+            s.dirs[&d.path().join("real")]
+                .interest
+                .matches(OsStr::new("app.conf"))
+        );
     }
 
     #[test]
@@ -491,7 +645,7 @@ mod tests {
         symlink("a", d.path().join("b")).unwrap();
         fs::create_dir(d.path().join("dir")).unwrap();
         symlink("..", d.path().join("dir/up")).unwrap();
-        let s = scan(
+        let s = plain_scan(
             &[d.path().join("a"), d.path().join("dir")],
             &HashKey::fixed(),
         );
@@ -503,7 +657,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let vol = d.path().join("vol");
         project(&vol, &[("app.conf", "v1"), ("other.conf", "o1")], 1);
-        let s = scan(std::slice::from_ref(&vol), &HashKey::fixed());
+        let s = plain_scan(std::slice::from_ref(&vol), &HashKey::fixed());
         assert_eq!(s.files, 2);
         assert!(s.unpublished.is_empty());
         assert!(
@@ -513,8 +667,8 @@ mod tests {
             "{:?}",
             s.dirs.keys()
         );
-        assert!(s.dirs[&vol].matches(OsStr::new("..data")));
-        assert!(!s.dirs[&vol].matches(OsStr::new("..data_tmp")));
+        assert!(s.dirs[&vol].interest.matches(OsStr::new("..data")));
+        assert!(!s.dirs[&vol].interest.matches(OsStr::new("..data_tmp")));
     }
 
     #[test]
@@ -523,9 +677,9 @@ mod tests {
         let vol = d.path().join("vol");
         project(&vol, &[("app.conf", "v1"), ("other.conf", "o1")], 1);
         let key = vec![vol.join("app.conf")];
-        let before = scan(&key, &HashKey::fixed());
+        let before = plain_scan(&key, &HashKey::fixed());
         assert_eq!(
-            before.dirs[&vol],
+            before.dirs[&vol].interest,
             Interest::Names(BTreeSet::from(["app.conf".into(), "..data".into()]))
         );
         project(&vol, &[("app.conf", "v1"), ("other.conf", "o2")], 2);
@@ -547,8 +701,8 @@ mod tests {
         symlink("..2026_11_21_10_00_02.000", vol.join("..data_tmp")).unwrap();
         fs::rename(vol.join("..data_tmp"), vol.join("..data")).unwrap();
 
-        let whole = scan(std::slice::from_ref(&vol), &HashKey::fixed());
-        let key = scan(&[vol.join("extra.conf")], &HashKey::fixed());
+        let whole = plain_scan(std::slice::from_ref(&vol), &HashKey::fixed());
+        let key = plain_scan(&[vol.join("extra.conf")], &HashKey::fixed());
         assert_eq!(whole.files, 2);
         assert_eq!(whole.unpublished, vec![vol.join("extra.conf")]);
         assert_eq!(key.files, 1);
@@ -557,7 +711,7 @@ mod tests {
 
         // Once the kubelet links it, nothing changed.
         symlink("..data/extra.conf", vol.join("extra.conf")).unwrap();
-        let whole_after = scan(std::slice::from_ref(&vol), &HashKey::fixed());
+        let whole_after = plain_scan(std::slice::from_ref(&vol), &HashKey::fixed());
         assert!(whole_after.unpublished.is_empty());
         assert_eq!(whole_after.fingerprint, whole.fingerprint);
         assert_eq!(fp(&[vol.join("extra.conf")]), key.fingerprint);
@@ -568,8 +722,191 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         nix::unistd::mkfifo(&d.path().join("pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
         fs::write(d.path().join("a"), "1").unwrap();
-        let s = scan(&[d.path().to_path_buf()], &HashKey::fixed());
+        let s = plain_scan(&[d.path().to_path_buf()], &HashKey::fixed());
         assert_eq!(s.files, 1);
+    }
+
+    #[test]
+    fn a_fifo_renamed_over_a_file_after_it_was_looked_up_is_not_waited_for() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("app.conf");
+        nix::unistd::mkfifo(&f, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        // As if the lookup had found a regular file: hash it directly.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = f.clone();
+        std::thread::spawn(move || {
+            let mut unregistered = Unregistered;
+            let mut s = Scanner::new(&mut unregistered, &OwnFiles::default());
+            s.hash_file(Path::new("app.conf"), &path);
+            tx.send((s.files, s.hasher.finalize())).unwrap();
+        });
+        let (files, raced) = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("hashing a FIFO blocked");
+        assert_eq!(files, 0, "a FIFO is not a covered file");
+        // The same as when the lookup sees the FIFO, so the race does not
+        // make a change of its own.
+        let mut unregistered = Unregistered;
+        let mut seen = Scanner::new(&mut unregistered, &OwnFiles::default());
+        seen.cover(Path::new("app.conf"), &f, 0);
+        assert_eq!(seen.hasher.finalize(), raced);
+    }
+
+    /// Makes a change in each directory at the moment it is registered,
+    /// as a writer racing the scan would.
+    struct ChangeOnRegister(Vec<(PathBuf, &'static str)>);
+
+    impl Registrar for ChangeOnRegister {
+        fn watch_dir(&mut self, dir: &Path) -> Result<Option<i32>, Errno> {
+            for (file, content) in &self.0 {
+                if file.parent() == Some(dir) {
+                    fs::write(file, content).unwrap();
+                }
+            }
+            Ok(Some(1))
+        }
+    }
+
+    #[test]
+    fn a_directory_is_registered_before_it_is_read() {
+        let d = tempfile::tempdir().unwrap();
+        let conf = d.path().join("conf");
+        fs::create_dir(&conf).unwrap();
+        fs::write(conf.join("a.conf"), "1").unwrap();
+        let late = conf.join("late.conf");
+        let mut registrar = ChangeOnRegister(vec![(late.clone(), "x")]);
+        let s = scan(
+            std::slice::from_ref(&conf),
+            &HashKey::fixed(),
+            &OwnFiles::default(),
+            &mut registrar,
+        );
+        assert_eq!(
+            s.files, 2,
+            "a file made once the directory is watched is read"
+        );
+        assert_eq!(s.dirs[&conf].wd, Ok(Some(1)));
+        assert_eq!(s.fingerprint, fp(&[conf]));
+    }
+
+    #[test]
+    fn a_path_that_appears_as_its_directory_is_registered_is_found() {
+        let d = tempfile::tempdir().unwrap();
+        let sub = d.path().join("sub");
+        let link = d.path().join("link");
+        fs::create_dir(&sub).unwrap();
+        // The file itself, and a symlink on the way to it.
+        let direct = d.path().join("app.conf");
+        let through = link.join("b.conf");
+        let mut registrar = ChangeOnRegister(vec![(direct.clone(), "a")]);
+        let s = scan(
+            std::slice::from_ref(&direct),
+            &HashKey::fixed(),
+            &OwnFiles::default(),
+            &mut registrar,
+        );
+        assert!(s.missing.is_empty(), "{:?}", s.missing);
+        assert_eq!(s.files, 1);
+        fs::write(sub.join("b.conf"), "b").unwrap();
+        struct LinkOnRegister(PathBuf, PathBuf);
+        impl Registrar for LinkOnRegister {
+            fn watch_dir(&mut self, dir: &Path) -> Result<Option<i32>, Errno> {
+                if self.1.parent() == Some(dir) && !self.1.exists() {
+                    symlink(&self.0, &self.1).unwrap();
+                }
+                Ok(Some(1))
+            }
+        }
+        let s = scan(
+            std::slice::from_ref(&through),
+            &HashKey::fixed(),
+            &OwnFiles::default(),
+            &mut LinkOnRegister(sub.clone(), link.clone()),
+        );
+        assert!(s.missing.is_empty(), "{:?}", s.missing);
+        assert_eq!(s.files, 1);
+    }
+
+    #[test]
+    fn registration_failures_are_reported_per_directory() {
+        struct Full;
+        impl Registrar for Full {
+            fn watch_dir(&mut self, _: &Path) -> Result<Option<i32>, Errno> {
+                Err(Errno::ENOSPC)
+            }
+        }
+        let d = tempfile::tempdir().unwrap();
+        fs::write(d.path().join("a"), "1").unwrap();
+        let s = scan(
+            &[d.path().to_path_buf()],
+            &HashKey::fixed(),
+            &OwnFiles::default(),
+            &mut Full,
+        );
+        assert_eq!(s.files, 1, "the scan goes on");
+        assert_eq!(s.dirs[d.path()].wd, Err(Errno::ENOSPC));
+    }
+
+    #[test]
+    fn tends_own_files_are_never_covered_even_through_a_symlink() {
+        let d = tempfile::tempdir().unwrap();
+        let run = d.path().join("run");
+        fs::create_dir(&run).unwrap();
+        fs::write(run.join("app.conf"), "1").unwrap();
+        let before = fp(std::slice::from_ref(&run));
+        let own = OwnFiles::new(vec![run.join("ready"), run.join("status.json")]);
+        let link = d.path().join("conf");
+        symlink(&run, &link).unwrap();
+        for name in [
+            "ready",
+            "status.json",
+            ".ready.0123456789abcdef.tmp",
+            ".status.json.tmp.42",
+        ] {
+            fs::write(run.join(name), "tend's").unwrap();
+        }
+        let s = scan(
+            &[run.clone(), link.join("ready")],
+            &HashKey::fixed(),
+            &own,
+            &mut Unregistered,
+        );
+        assert_eq!(s.files, 1);
+        assert!(s.missing.is_empty());
+        assert_eq!(
+            s.dirs[&run].own,
+            [OsString::from("ready"), OsString::from("status.json")],
+            "their events are ignored"
+        );
+        let only_run = scan(
+            std::slice::from_ref(&run),
+            &HashKey::fixed(),
+            &own,
+            &mut Unregistered,
+        );
+        assert_eq!(
+            only_run.fingerprint, before,
+            "as if tend's files were not there"
+        );
+    }
+
+    #[test]
+    fn own_names_are_the_file_and_its_temporary_files() {
+        let own = OsStr::new("ready");
+        for name in ["ready", ".ready.0123456789abcdef.tmp", ".ready.tmp.1234"] {
+            assert!(is_own_name(own, OsStr::new(name)), "{name}");
+        }
+        for name in [
+            "ready.conf",
+            ".ready",
+            ".ready.0123456789abcdeg.tmp",
+            ".ready.0123.tmp",
+            ".ready.tmp.",
+            ".ready.tmp.12a",
+            ".readyx.0123456789abcdef.tmp",
+        ] {
+            assert!(!is_own_name(own, OsStr::new(name)), "{name}");
+        }
     }
 
     #[test]
@@ -577,8 +914,8 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let f = d.path().join("secret");
         fs::write(&f, "hunter2").unwrap();
-        let a = scan(std::slice::from_ref(&f), &HashKey::fixed()).fingerprint;
-        let b = scan(&[f], &HashKey::random()).fingerprint;
+        let a = plain_scan(std::slice::from_ref(&f), &HashKey::fixed()).fingerprint;
+        let b = plain_scan(&[f], &HashKey::random()).fingerprint;
         assert_ne!(a, b);
     }
 }
