@@ -160,6 +160,8 @@ impl Pipeline {
         let previous = e.seen.replace(fp);
         e.changed_at = Some(at);
         e.result = WatchResult::Pending;
+        // New content is a new config: its rechecks start from the first delay.
+        e.recheck_delay = e.recheck;
         match e.stage {
             // Picked up when the running check or action finishes.
             Stage::Checking(_) | Stage::Acting(_) => {}
