@@ -374,6 +374,13 @@ fn a_change_resets_the_recheck_back_off() {
         f.core.deadline().unwrap() - (f.t0 + f.elapsed),
         Duration::from_secs(2)
     );
+    // New content that fails too starts again from the first delay.
+    f.content(0, 4);
+    f.exit(f.job("check"), FAIL);
+    assert_eq!(
+        f.core.deadline().unwrap() - (f.t0 + f.elapsed),
+        Duration::from_secs(1)
+    );
     f.content(0, 2);
     f.exit(f.job("check"), OK);
     f.content(0, 3);
