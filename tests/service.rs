@@ -206,7 +206,8 @@ fn a_service_that_crashes_on_a_rejected_config_stays_down_until_a_valid_one_arri
     tend.wait_stderr("the service stays down", secs(10.0));
     // The log line comes first; the status file is written after it.
     let st = wait_for("the status without a service", secs(5.0), || {
-        sb.status().filter(|s| s["service"]["pid"].is_null())
+        sb.status()
+            .filter(|s| s["service"]["pid"].is_null() && s["state"] == "invalid_config")
     });
     assert_eq!(st["state"], "invalid_config");
     assert_eq!(st["ready"], false);
