@@ -45,6 +45,9 @@ pub struct Service {
     pub command: Option<Vec<String>>,
     pub working_dir: Option<PathBuf>,
     pub env: BTreeMap<String, String>,
+    /// Env files or directories, read at every start of the service; `env`
+    /// wins over them.
+    pub env_from: Vec<PathBuf>,
     pub stop_signal: Signal,
     pub stop_timeout: Duration,
     pub restart: Restart,
@@ -82,6 +85,7 @@ impl Default for Service {
             command: None,
             working_dir: None,
             env: BTreeMap::new(),
+            env_from: Vec::new(),
             stop_signal: Signal::SIGTERM,
             stop_timeout: Duration::from_secs(10),
             restart: Restart::Never,
@@ -190,6 +194,7 @@ impl std::error::Error for ConfigError {}
 struct Spans {
     command: Option<Range<usize>>,
     working_dir: Option<Range<usize>>,
+    env_from: Option<Range<usize>>,
     file: Option<Range<usize>>,
     status_file: Option<Range<usize>>,
     watches: Vec<WatchSpans>,
@@ -242,6 +247,7 @@ impl Config {
         let mut spans = Spans {
             command: raw.service.command.as_ref().map(Spanned::span),
             working_dir: span(&raw.service.working_dir),
+            env_from: raw.service.env_from.as_ref().map(Spanned::span),
             file: span(&raw.readiness.file),
             status_file: span(&raw.readiness.status_file),
             watches: Vec::new(),
@@ -312,6 +318,14 @@ impl Config {
                 .map(|(k, v)| format!("{} = {}", quote(k), quote(v)))
                 .collect();
             writeln!(out, "env = {{ {} }}", pairs.join(", ")).unwrap();
+        }
+        if !s.env_from.is_empty() {
+            let paths: Vec<String> = s
+                .env_from
+                .iter()
+                .map(|p| p.to_string_lossy().into())
+                .collect();
+            writeln!(out, "env_from = {}", quote_list(&paths)).unwrap();
         }
         writeln!(out, "stop_signal = {}", quote(s.stop_signal.as_str())).unwrap();
         writeln!(
@@ -477,6 +491,7 @@ struct RawService {
     working_dir: Option<Spanned<PathBuf>>,
     #[serde(default)]
     env: BTreeMap<String, EnvValue>,
+    env_from: Option<Spanned<Vec<PathBuf>>>,
     stop_signal: Option<SignalName>,
     stop_timeout: Option<Spanned<Dur>>,
     restart: Option<Restart>,
@@ -490,10 +505,21 @@ struct RawService {
 impl RawService {
     fn into_service(self, text: &str) -> Result<Service, String> {
         let d = Service::default();
+        let env_from = match self.env_from {
+            Some(paths) if paths.get_ref().iter().any(|p| p.as_os_str().is_empty()) => {
+                return Err(at(
+                    text,
+                    paths.span(),
+                    "`env_from` holds an empty path: name env files or directories",
+                ));
+            }
+            paths => paths.map(Spanned::into_inner).unwrap_or_default(),
+        };
         Ok(Service {
             command: self.command.map(|a| a.into_inner().0),
             working_dir: self.working_dir.map(Spanned::into_inner),
             env: self.env.into_iter().map(|(k, v)| (k, v.0)).collect(),
+            env_from,
             stop_signal: self.stop_signal.map_or(d.stop_signal, |s| s.0),
             stop_timeout: not_zero(
                 text,
@@ -888,6 +914,26 @@ debounce = "2m"
         let c = Config::parse(text).unwrap();
         let again = Config::parse(&c.describe()).unwrap();
         assert_eq!(c, again);
+    }
+
+    #[test]
+    fn env_from_is_a_list_of_paths() {
+        let c = Config::parse("[service]\nenv_from = [\"/etc/app/env\", \"secrets\"]\n").unwrap();
+        assert_eq!(
+            c.service.env_from,
+            [PathBuf::from("/etc/app/env"), PathBuf::from("secrets")]
+        );
+        assert!(
+            c.describe()
+                .contains("\nenv_from = [\"/etc/app/env\", \"secrets\"]\n")
+        );
+        assert_eq!(Config::parse(&c.describe()).unwrap(), c);
+        assert!(Config::parse("").unwrap().service.env_from.is_empty());
+        assert!(!Config::parse("").unwrap().describe().contains("env_from"));
+        let e = err("[service]\nenv_from = [\"/a\", \"\"]\n");
+        assert!(e.contains("line 2") && e.contains("empty path"), "{e}");
+        let e = err("[service]\nenv_from = \"/etc/app/env\"\n");
+        assert!(e.contains("line 2") && e.contains("sequence"), "{e}");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod config;
 pub mod core;
+pub mod envfile;
 pub mod log;
 pub mod notify;
 pub mod probe;

@@ -196,23 +196,34 @@ impl Readiness {
     /// Writes whatever differs from what the files say; on failure, keeps
     /// what was not written for a retry with a back-off.
     fn write(&mut self, now: Instant) {
-        let Some(wanted) = &self.wanted else { return };
+        let Some(wanted) = self.wanted.clone() else {
+            return;
+        };
         let mut errors = Vec::new();
-        if let Some(f) = &self.file
-            && self.ready_written != Some(wanted.ready)
-        {
-            let result = if wanted.ready {
-                write_atomically(f, b"ready\n")
-            } else {
-                remove(f)
-            };
-            match result {
-                Ok(()) => self.ready_written = Some(wanted.ready),
-                Err(e) => errors.push(e),
+        // The ready file goes last when tend becomes ready and first when it
+        // stops being ready, so a reader of both never sees a ready file next
+        // to a status that says otherwise.
+        let ready = wanted.ready;
+        let ready_file = |this: &mut Self, errors: &mut Vec<io::Error>| {
+            if let Some(f) = &this.file
+                && this.ready_written != Some(ready)
+            {
+                let result = if ready {
+                    write_atomically(f, b"ready\n")
+                } else {
+                    remove(f)
+                };
+                match result {
+                    Ok(()) => this.ready_written = Some(ready),
+                    Err(e) => errors.push(e),
+                }
             }
+        };
+        if !ready {
+            ready_file(self, &mut errors);
         }
         if let Some(f) = &self.status_file
-            && self.status_written.as_ref() != Some(wanted)
+            && self.status_written.as_ref() != Some(&wanted)
         {
             let mut status = wanted.clone();
             status.updated_at = crate::time::rfc3339_millis(SystemTime::now());
@@ -222,6 +233,9 @@ impl Readiness {
                 Ok(()) => self.status_written = Some(wanted.clone()),
                 Err(e) => errors.push(e),
             }
+        }
+        if ready {
+            ready_file(self, &mut errors);
         }
         match (errors.is_empty(), self.retry) {
             (true, None) => {}

@@ -8,6 +8,7 @@
 //! in order. It holds what the core must not: file descriptors, the reaper,
 //! the children's output, the readiness files, and the clock.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
@@ -24,6 +25,7 @@ use crate::config::{Config, InvalidConfig, RestartMode};
 use crate::core::{
     Command, Content, Core, Event, Exit, Notification, Now, Settings, SpawnFailure, SpawnKind,
 };
+use crate::envfile;
 use crate::notify::{self, NotifySocket};
 use crate::process::job::Job;
 use crate::process::reaper;
@@ -43,6 +45,8 @@ pub struct Supervisor {
     /// The service, checks and exec actions run with the service's env and
     /// working_dir.
     env: BTreeMap<String, String>,
+    /// Read at every start of the service, under `env`; jobs never get it.
+    env_from: Vec<PathBuf>,
     working_dir: Option<PathBuf>,
     take_terminal: bool,
     /// Listening sockets, held at fds 3.. for every start of the service.
@@ -112,6 +116,7 @@ impl Supervisor {
             readiness,
             jobs: Vec::new(),
             env: config.service.env.clone(),
+            env_from: config.service.env_from.clone(),
             working_dir: config.service.working_dir.clone(),
             take_terminal: owns_terminal(),
             sockets,
@@ -193,15 +198,18 @@ impl Supervisor {
 
     fn spawn(&mut self, argv: &[String], kind: SpawnKind) -> Result<Pid, SpawnFailure> {
         let started = match kind {
-            SpawnKind::Service => spawn::spawn(Spec {
-                argv,
-                env: &self.env,
-                working_dir: self.working_dir.as_deref(),
-                take_terminal: self.take_terminal,
-                output: Output::Inherit,
-                sockets: Some(&self.sockets),
-                extra_env: &self.service_env,
-            }),
+            SpawnKind::Service => {
+                let env = self.service_variables()?;
+                spawn::spawn(Spec {
+                    argv,
+                    env: &env,
+                    working_dir: self.working_dir.as_deref(),
+                    take_terminal: self.take_terminal,
+                    output: Output::Inherit,
+                    sockets: Some(&self.sockets),
+                    extra_env: &self.service_env,
+                })
+            }
             SpawnKind::Job => Job::start(argv, &self.env, self.working_dir.as_deref()).map(|job| {
                 let pid = job.pid();
                 self.jobs.push(job);
@@ -211,6 +219,17 @@ impl Supervisor {
         started.map_err(|e| SpawnFailure {
             message: e.to_string(),
             exit_code: e.exit_code(),
+        })
+    }
+
+    /// The service's variables for this start: env_from read now, `env` on
+    /// top. An env_from that cannot be read is a config error, so the start
+    /// fails with 2 (tend exits 2 when it was the first; later, the restart
+    /// policy applies).
+    fn service_variables(&self) -> Result<Cow<'_, BTreeMap<String, String>>, SpawnFailure> {
+        envfile::environment(&self.env_from, &self.env).map_err(|e| SpawnFailure {
+            message: format!("cannot start the service: {e}"),
+            exit_code: 2,
         })
     }
 

@@ -1,7 +1,9 @@
 //! Real services under tend, each configured from its directory in
 //! examples/ (paths and ports rewritten into the test's sandbox): nginx
 //! reloading with SIGHUP under continuous load, a program that can only be
-//! restarted, and nginx rotating a TLS certificate from a Secret volume.
+//! restarted (on a new config, and on a new token from a Secret given as an
+//! environment variable), and nginx rotating a TLS certificate from a Secret
+//! volume.
 //!
 //! They need nginx and openssl (`scripts/install-deps` installs them).
 
@@ -12,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use common::http::{Load, free_port, get, wait_up};
+use common::http::{Load, free_port, get, get_with, wait_up};
 use common::kubelet::{project, project_mode};
 use common::*;
 use nix::sys::signal::Signal;
@@ -185,6 +187,8 @@ fn a_program_that_cannot_reload_is_restarted_on_the_new_config() {
     let vol = sb.path("app");
     let conf = |greeting: &str| format!("greeting = {greeting}\nport = {port}\n");
     project(&vol, &[("app.conf", &conf("v0"))]);
+    let secrets = sb.path("app-secrets");
+    project(&secrets, &[("API_TOKEN", "token-1")]);
     let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/restart/server.py");
     let cfg = sb.config(&rewrite(
         &example("restart", "supervisor.toml"),
@@ -192,6 +196,7 @@ fn a_program_that_cannot_reload_is_restarted_on_the_new_config() {
             ("/app/server.py", &path(server)),
             ("/etc/app/app.conf", &path(vol.join("app.conf"))),
             ("/etc/app\"", &format!("{}\"", path(vol.clone()))),
+            ("/etc/app-secrets", &path(secrets.clone())),
             ("/run/tend/ready", &path(sb.path("ready"))),
             ("/run/tend/status.json", &path(sb.path("status.json"))),
         ],
@@ -258,6 +263,29 @@ fn a_program_that_cannot_reload_is_restarted_on_the_new_config() {
             .count(),
         5
     );
+
+    // A rotated token reaches the program with one more restart.
+    let private = |token: &str| {
+        get_with(
+            port,
+            "/private",
+            &[&format!("Authorization: Bearer {token}")],
+        )
+    };
+    assert_eq!(private("token-1").as_deref(), Ok("private"));
+    project(&secrets, &[("API_TOKEN", "token-2")]);
+    wait_for("the new token to be accepted", secs(10.0), || {
+        private("token-2").ok()
+    });
+    assert!(private("token-1").unwrap_err().starts_with("status 401"));
+    assert_eq!(get(port).as_deref(), Ok("v5"));
+    let err = tend.stderr();
+    assert_eq!(
+        err.matches("restarting the service on the new config")
+            .count(),
+        6
+    );
+    assert!(!err.contains("token-"), "a value in tend's log:\n{err}");
 }
 
 /// A self-signed certificate and key for `cn`, as PEM text.

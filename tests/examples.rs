@@ -86,9 +86,12 @@ fn every_manifest_probes_with_tend_mounts_whole_volumes_and_outlasts_stop_timeou
             grace > stop,
             "{name}: terminationGracePeriodSeconds {grace} must exceed stop_timeout {stop}s"
         );
-        // Every watched path is a volume the manifest mounts.
+        // Every watched path and env_from path is a volume the manifest mounts.
         let config = tend_config(&dir.join("supervisor.toml"));
-        for path in config.lines().filter_map(|l| l.strip_prefix("paths = ")) {
+        let lists = config
+            .lines()
+            .filter_map(|l| l.strip_prefix("paths = ").or(l.strip_prefix("env_from = ")));
+        for path in lists {
             for p in path.trim_matches(|c| c == '[' || c == ']').split(", ") {
                 let p = p.trim_matches('"');
                 assert!(

@@ -5,13 +5,15 @@
 //! later, or works but is likely a mistake, is a warning: a watched path that
 //! does not exist yet, a relative one (it depends on the directory tend is
 //! started in), a readiness file inside a watched path (tend never takes its
-//! own writes for a change, but a check that reads the directory sees them).
+//! own writes for a change, but a check that reads the directory sees them),
+//! an env_from path that cannot be read now (it is read again at every start).
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
 use super::{Action, Config, Spans, at, quote, quote_list};
+use crate::envfile;
 
 /// The warnings, or the first error, each naming its line.
 pub(super) fn inspect(
@@ -24,6 +26,7 @@ pub(super) fn inspect(
     commands(config, spans, text, &run_dir)?;
     let mut warnings = readiness_files(config, spans, text, cwd);
     warnings.extend(watched_paths(config, spans, text, cwd));
+    warnings.extend(env_from(config, spans, text, cwd));
     Ok(warnings)
 }
 
@@ -143,6 +146,35 @@ fn watched_paths(config: &Config, spans: &Spans, text: &str, cwd: &Path) -> Vec<
                     ),
                 ));
             }
+        }
+    }
+    warnings
+}
+
+/// Warnings for env_from paths that are relative, or that the service's
+/// start could not read now (missing, not a file or directory, a bad line).
+fn env_from(config: &Config, spans: &Spans, text: &str, cwd: &Path) -> Vec<String> {
+    let span = spans.env_from.clone().unwrap_or_default();
+    let mut warnings = Vec::new();
+    for path in &config.service.env_from {
+        let resolved = normalize(&cwd.join(path));
+        if path.is_relative() {
+            warnings.push(at(
+                text,
+                span.clone(),
+                &format!(
+                    "service.env_from: {path:?} is relative: from the current directory it is \
+                     {}; tend resolves it from the directory it is started in",
+                    resolved.display()
+                ),
+            ));
+        }
+        if let Err(e) = envfile::read(&[resolved]) {
+            warnings.push(at(
+                text,
+                span.clone(),
+                &format!("{e} (it is read at every start of the service)"),
+            ));
         }
     }
     warnings
@@ -328,6 +360,34 @@ mod tests {
             format!("[readiness]\nfile = \"ready\"\nstatus_file = \"conf2/s.json\"\n{watch}");
         let w = inspect_text(&text, d.path()).unwrap();
         assert!(w.iter().all(|w| !w.contains("covers")), "{w:?}");
+    }
+
+    #[test]
+    fn env_from_paths_that_cannot_be_read_now_are_warnings() {
+        let d = dir();
+        fs::write(d.path().join("good.env"), "A=1\n").unwrap();
+        fs::write(d.path().join("bad.env"), "A=1\nexport B=2\n").unwrap();
+        let text = format!(
+            "[service]\nenv_from = [{:?}, \"/no/such/env\", \"bad.env\"]\n",
+            d.path().join("good.env").display().to_string()
+        );
+        let warnings = inspect_text(&text, d.path()).unwrap();
+        assert_eq!(warnings.len(), 3, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("line 2, column 12: env_from /no/such/env: does not exist"),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings[1].contains("\"bad.env\" is relative"),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings[2].contains(&format!(
+                "env_from {}: line 2: starts with `export`",
+                d.path().join("bad.env").display()
+            )),
+            "{warnings:?}"
+        );
     }
 
     #[test]

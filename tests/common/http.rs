@@ -19,11 +19,23 @@ pub fn free_port() -> u16 {
 
 /// GET / on 127.0.0.1:port: the body of a 200, or what went wrong.
 pub fn get(port: u16) -> Result<String, String> {
+    get_with(port, "/", &[])
+}
+
+/// GET `path` on 127.0.0.1:port with extra header lines (`"Name: value"`):
+/// the body of a 200, or what went wrong (`status 401: ...`).
+pub fn get_with(port: u16, path: &str, headers: &[&str]) -> Result<String, String> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
         .map_err(|e| format!("connect: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(b"GET / HTTP/1.0\r\nHost: localhost\r\n\r\n")
+    let mut request = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n");
+    for h in headers {
+        request.push_str(h);
+        request.push_str("\r\n");
+    }
+    request.push_str("\r\n");
+    s.write_all(request.as_bytes())
         .map_err(|e| format!("write: {e}"))?;
     let mut resp = Vec::new();
     s.read_to_end(&mut resp).map_err(|e| format!("read: {e}"))?;

@@ -3,6 +3,7 @@
 it into a log, one line per event, so a test can see what tend did.
 
 Lines (TAG is "service", "grandchild" or "daemon"):
+    service env NAME=<value, with \\ and newlines escaped>   (or: service env NAME unset)
     TAG start pid=<pid> pgid=<pgid> t=<monotonic>[ config=<text>]
     TAG sig <NAME> t=<monotonic>[ config=<text of --config, or MISSING>]
     TAG exit <code>
@@ -16,6 +17,8 @@ import time
 p = argparse.ArgumentParser()
 p.add_argument("--log", required=True)
 p.add_argument("--config", help="file whose content is logged at start and on every signal")
+p.add_argument("--env", action="append", default=[], metavar="NAME",
+               help="log this environment variable at start, before the start line (repeatable)")
 p.add_argument("--ignore-term", action="store_true")
 p.add_argument("--term-exit", type=int, default=0, help="exit code on SIGTERM")
 p.add_argument("--exit-after", type=float, help="exit by itself after N seconds")
@@ -80,6 +83,12 @@ def idle_forever():
 
 
 handle_everything()
+for name in args.env:
+    value = os.environ.get(name)
+    if value is None:
+        log(f"env {name} unset")
+    else:
+        log("env {}={}".format(name, value.replace("\\", "\\\\").replace("\n", "\\n")))
 log(f"start pid={os.getpid()} pgid={os.getpgrp()} t={time.monotonic():.6f}{config_text()}")
 
 if args.fail_first and not os.path.exists(args.fail_first):
