@@ -125,7 +125,7 @@ pub struct WatchStatus {
 
 /// Keeps the ready file and the status file saying what tend last
 /// published, retrying what could not be written.
-pub struct Readiness {
+pub struct ReadinessFiles {
     file: Option<PathBuf>,
     status_file: Option<PathBuf>,
     /// What the files should say.
@@ -145,9 +145,9 @@ struct Retry {
     next: Duration,
 }
 
-impl Readiness {
-    pub fn new(cfg: &config::Readiness) -> Readiness {
-        Readiness {
+impl ReadinessFiles {
+    pub fn new(cfg: &config::Readiness) -> ReadinessFiles {
+        ReadinessFiles {
             file: cfg.file.clone(),
             status_file: cfg.status_file.clone(),
             wanted: None,
@@ -469,7 +469,7 @@ mod tests {
         fs::create_dir_all(d.path().join("run")).unwrap();
         fs::write(d.path().join("run/ready"), "stale").unwrap();
         let now = Instant::now();
-        let mut r = Readiness::new(&cfg);
+        let mut r = ReadinessFiles::new(&cfg);
         r.publish(status(false), now);
         assert!(
             !d.path().join("run/ready").exists(),
@@ -590,7 +590,7 @@ mod tests {
             status_file: Some(d.path().join("run/status.json")),
         };
         let t0 = Instant::now();
-        let mut r = Readiness::new(&cfg);
+        let mut r = ReadinessFiles::new(&cfg);
         r.publish(status(true), t0);
         assert_eq!(r.deadline(), Some(t0 + RETRY_FIRST));
         r.retry(t0 + Duration::from_millis(50));

@@ -32,14 +32,14 @@ use crate::process::reaper;
 use crate::process::spawn::{self, Output, Spec};
 use crate::signals;
 use crate::sockets::Held;
-use crate::status::Readiness;
+use crate::status::ReadinessFiles;
 use crate::watch::Watcher;
 
 pub struct Supervisor {
     core: Core,
     signals: SignalFd,
     watcher: Watcher,
-    readiness: Readiness,
+    readiness: ReadinessFiles,
     /// Checks and exec actions in flight, by pid: their output pipes.
     jobs: Vec<Job>,
     /// The service, checks and exec actions run with the service's env and
@@ -75,7 +75,7 @@ impl Supervisor {
         )
         .context("signalfd() failed: tend cannot receive signals")?;
         let cwd = std::env::current_dir().context("cannot read the current directory")?;
-        let readiness = Readiness::new(&config.readiness);
+        let readiness = ReadinessFiles::new(&config.readiness);
         let notify = if config.service.notify {
             Some(NotifySocket::new().context("cannot create the notify socket (notify = true)")?)
         } else {

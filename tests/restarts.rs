@@ -185,3 +185,62 @@ fn with_notify_a_ready_1_from_outside_the_service_is_ignored() {
     tend.wait_stderr("did not become ready within 2s: stopping it", secs(10.0));
     sb.wait_log("service start", 2, secs(10.0));
 }
+
+/// A service with sd_notify: READY=1 at start; on SIGHUP it says
+/// RELOADING=1, rereads its config and says READY=1, unless the config says
+/// `hang` (then it never confirms).
+const NOTIFYING_SERVICE: &str = r#"
+import os, signal, socket, sys, time
+conf, log = sys.argv[1], sys.argv[2]
+def say(m):
+    socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(m.encode(), os.environ["NOTIFY_SOCKET"])
+def note(line):
+    with open(log, "a") as f:
+        f.write(line + "\n")
+def reload(*_):
+    text = open(conf).read().strip()
+    note("reload " + text)
+    if text != "hang":
+        say("RELOADING=1")
+        say("READY=1\nSTATUS=serving " + text)
+signal.signal(signal.SIGHUP, reload)
+say("READY=1\nSTATUS=serving " + open(conf).read().strip())
+while True:
+    time.sleep(1)
+"#;
+
+#[test]
+fn with_notify_a_signal_reload_is_applied_once_the_service_confirms_it() {
+    let sb = Sandbox::new();
+    let vol = sb.path("config");
+    project(&vol, &[("app.conf", "v0")]);
+    let script = sb.write("svc.py", NOTIFYING_SERVICE);
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = [\"python3\", {:?}, {:?}, {:?}]\nnotify = true\nready_timeout = \"1s\"\n{}\n\
+         [[watch]]\nname = \"app\"\npaths = [{:?}]\non_change = \"signal\"\nsignal = \"SIGHUP\"\n",
+        script.display().to_string(),
+        vol.join("app.conf").display().to_string(),
+        sb.path("reloads.log").display().to_string(),
+        sb.readiness_toml(),
+        vol.display().to_string(),
+    ));
+    let tend = sb.tend().config(&cfg).start();
+    sb.wait_ready(true, secs(10.0));
+    assert_eq!(sb.status().unwrap()["service"]["status"], "serving v0");
+    project(&vol, &[("app.conf", "v1")]);
+    tend.wait_stderr(
+        "the service confirmed the reload: config applied",
+        secs(10.0),
+    );
+    let st = wait_for("serving v1", secs(5.0), || {
+        sb.status()
+            .filter(|s| s["service"]["status"] == "serving v1")
+    });
+    assert_eq!(st["watches"][0]["result"], "applied");
+    // A reload the service never confirms fails after ready_timeout.
+    project(&vol, &[("app.conf", "hang")]);
+    tend.wait_stderr("did not confirm the reload within 1s", secs(10.0));
+    let st = sb.wait_state("reloading", secs(5.0));
+    assert_eq!(st["watches"][0]["result"], "action_failed");
+    assert_eq!(st["ready"], false);
+}
