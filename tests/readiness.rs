@@ -10,18 +10,6 @@ use std::path::{Path, PathBuf};
 use common::*;
 use nix::sys::signal::Signal;
 
-fn probe(cfg: &Path) -> (i32, String) {
-    let out = std::process::Command::new(TEND)
-        .args(["probe", "--config"])
-        .arg(cfg)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
-}
-
 /// A config whose one watch, "nginx", fails `check` from the start.
 fn failing_check(sb: &Sandbox, check: &[String]) -> PathBuf {
     let conf = sb.write("app.conf", "v0");

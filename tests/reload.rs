@@ -50,18 +50,6 @@ fn update(sb: &Sandbox, content: &str) {
     project(&sb.path("config"), &[("app.conf", content)]);
 }
 
-fn probe(cfg: &Path) -> (i32, String) {
-    let out = std::process::Command::new(TEND)
-        .args(["probe", "--config"])
-        .arg(cfg)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
-}
-
 #[test]
 fn an_invalid_config_leaves_the_service_alone_and_turns_readiness_off() {
     let sb = Sandbox::new();
@@ -342,11 +330,9 @@ fn check_output_is_kept_bounded_to_its_tail() {
     );
 }
 
-#[test]
-fn a_change_during_a_check_is_checked_and_applied_after_it() {
-    let sb = Sandbox::new();
+/// `k8s` with a check held at `gate` that records what it saw in checks.log.
+fn gated_k8s(sb: &Sandbox, gate: &Gate) -> PathBuf {
     let conf = sb.path("config/app.conf");
-    let gate = Gate::new(&sb, "check", true);
     let check = toml_list(&[
         "sh".into(),
         "-c".into(),
@@ -356,13 +342,19 @@ fn a_change_during_a_check_is_checked_and_applied_after_it() {
             log = sb.path("checks.log").display()
         )),
     ]);
-    let cfg = k8s(
-        &sb,
+    k8s(
+        sb,
         "v0",
         "",
         &format!("on_change = \"signal\"\ncheck = {check}\n"),
-    );
-    let _tend = sb.tend().config(&cfg).start_ready();
+    )
+}
+
+#[test]
+fn a_change_during_a_check_is_checked_and_applied_after_it() {
+    let sb = Sandbox::new();
+    let gate = Gate::new(&sb, "check", true);
+    let _tend = sb.tend().config(&gated_k8s(&sb, &gate)).start_ready();
     gate.close();
     update(&sb, "v1");
     gate.wait_started(2, secs(5.0));
@@ -381,24 +373,8 @@ fn a_change_during_a_check_is_checked_and_applied_after_it() {
 #[test]
 fn a_burst_during_a_check_is_applied_once_with_the_last_content() {
     let sb = Sandbox::new();
-    let conf = sb.path("config/app.conf");
     let gate = Gate::new(&sb, "check", true);
-    let check = toml_list(&[
-        "sh".into(),
-        "-c".into(),
-        gate.script(&format!(
-            "echo checked $(cat {f}) >> {log}",
-            f = conf.display(),
-            log = sb.path("checks.log").display()
-        )),
-    ]);
-    let cfg = k8s(
-        &sb,
-        "v0",
-        "",
-        &format!("on_change = \"signal\"\ncheck = {check}\n"),
-    );
-    let _tend = sb.tend().config(&cfg).start_ready();
+    let _tend = sb.tend().config(&gated_k8s(&sb, &gate)).start_ready();
     gate.close();
     update(&sb, "v1");
     gate.wait_started(2, secs(5.0));

@@ -170,6 +170,19 @@ impl Sandbox {
     }
 }
 
+/// `tend probe --config cfg`: its exit code and its line.
+pub fn probe(cfg: &Path) -> (i32, String) {
+    let out = std::process::Command::new(TEND)
+        .args(["probe", "--config"])
+        .arg(cfg)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
 pub fn toml_list(items: &[String]) -> String {
     let quoted: Vec<String> = items.iter().map(|s| format!("{s:?}")).collect();
     format!("[{}]", quoted.join(", "))
