@@ -23,7 +23,7 @@ fn validator(sb: &Sandbox, file: &Path) -> String {
         f = file.display(),
         log = sb.path("checks.log").display()
     );
-    toml_list(&["sh".into(), "-c".into(), script])
+    sh(&script)
 }
 
 fn checks(sb: &Sandbox) -> Vec<String> {
@@ -177,11 +177,7 @@ fn restart_stops_with_stop_signal_and_starts_on_the_new_config() {
 fn exec_runs_the_command_once_per_update_and_does_not_signal() {
     let sb = Sandbox::new();
     let marker = sb.path("reloads");
-    let exec = toml_list(&[
-        "sh".into(),
-        "-c".into(),
-        format!("echo ran >> {}", marker.display()),
-    ]);
+    let exec = sh(&format!("echo ran >> {}", marker.display()));
     let cfg = k8s(
         &sb,
         "v0",
@@ -209,14 +205,10 @@ fn exec_runs_the_command_once_per_update_and_does_not_signal() {
 fn a_failed_exec_is_reported_and_retried_until_it_succeeds() {
     let sb = Sandbox::new();
     let marker = sb.path("failed-once");
-    let exec = toml_list(&[
-        "sh".into(),
-        "-c".into(),
-        format!(
-            "if [ ! -e {m} ]; then touch {m}; echo 'reload refused' >&2; exit 1; fi",
-            m = marker.display()
-        ),
-    ]);
+    let exec = sh(&format!(
+        "if [ ! -e {m} ]; then touch {m}; echo 'reload refused' >&2; exit 1; fi",
+        m = marker.display()
+    ));
     let cfg = k8s(
         &sb,
         "v0",
@@ -256,11 +248,7 @@ fn processes_with(token: &str) -> Vec<String> {
 fn a_check_past_its_timeout_is_killed_with_its_whole_group() {
     let sb = Sandbox::new();
     let token = "31.4159";
-    let check = toml_list(&[
-        "sh".into(),
-        "-c".into(),
-        format!("sleep {token} & sleep {token}; true"),
-    ]);
+    let check = sh(&format!("sleep {token} & sleep {token}; true"));
     let cfg = k8s(
         &sb,
         "v0",
@@ -286,11 +274,7 @@ fn a_check_past_its_timeout_is_killed_with_its_whole_group() {
 fn a_check_is_done_when_it_exits_even_if_a_grandchild_holds_its_output() {
     let sb = Sandbox::new();
     let token = "27.1828";
-    let check = toml_list(&[
-        "sh".into(),
-        "-c".into(),
-        format!("sleep {token} & echo looks fine"),
-    ]);
+    let check = sh(&format!("sleep {token} & echo looks fine"));
     let cfg = k8s(
         &sb,
         "v0",
@@ -308,11 +292,7 @@ fn a_check_is_done_when_it_exits_even_if_a_grandchild_holds_its_output() {
 #[test]
 fn check_output_is_kept_bounded_to_its_tail() {
     let sb = Sandbox::new();
-    let check = toml_list(&[
-        "sh".into(),
-        "-c".into(),
-        "head -c 1000000 /dev/zero | tr '\\0' x; echo; echo LAST-LINE >&2; exit 1".into(),
-    ]);
+    let check = sh("head -c 1000000 /dev/zero | tr '\\0' x; echo; echo LAST-LINE >&2; exit 1");
     let cfg = k8s(
         &sb,
         "v0",
@@ -333,15 +313,11 @@ fn check_output_is_kept_bounded_to_its_tail() {
 /// `k8s` with a check held at `gate` that records what it saw in checks.log.
 fn gated_k8s(sb: &Sandbox, gate: &Gate) -> PathBuf {
     let conf = sb.path("config/app.conf");
-    let check = toml_list(&[
-        "sh".into(),
-        "-c".into(),
-        gate.script(&format!(
-            "echo checked $(cat {f}) >> {log}",
-            f = conf.display(),
-            log = sb.path("checks.log").display()
-        )),
-    ]);
+    let check = sh(&gate.script(&format!(
+        "echo checked $(cat {f}) >> {log}",
+        f = conf.display(),
+        log = sb.path("checks.log").display()
+    )));
     k8s(
         sb,
         "v0",
@@ -423,7 +399,7 @@ fn a_burst_of_updates_coalesces_and_the_last_one_wins() {
 fn two_volumes(sb: &Sandbox, action: &str, gate: &Gate) -> PathBuf {
     project(&sb.path("a"), &[("a.conf", "a0")]);
     project(&sb.path("b"), &[("b.conf", "b0")]);
-    let check = toml_list(&["sh".into(), "-c".into(), gate.script("true")]);
+    let check = sh(&gate.script("true"));
     sb.config(&format!(
         "[service]\ncommand = {}\n{}\n\
          [[watch]]\nname = \"a\"\npaths = [{:?}]\ncheck = {check}\non_change = \"{action}\"\n\
@@ -588,11 +564,7 @@ fn a_kubelet_update_is_acted_on_at_once_even_with_a_long_debounce() {
 fn an_exec_past_its_timeout_is_killed_reported_and_retried() {
     let sb = Sandbox::new();
     let works = sb.path("reload-works");
-    let exec = toml_list(&[
-        "sh".into(),
-        "-c".into(),
-        format!("[ -e {} ] || exec sleep 60", works.display()),
-    ]);
+    let exec = sh(&format!("[ -e {} ] || exec sleep 60", works.display()));
     let cfg = k8s(
         &sb,
         "v0",
@@ -614,7 +586,7 @@ fn an_exec_past_its_timeout_is_killed_reported_and_retried() {
 fn the_status_says_starting_then_reloading_with_a_pending_result() {
     let sb = Sandbox::new();
     let gate = Gate::new(&sb, "check", false);
-    let check = toml_list(&["sh".into(), "-c".into(), gate.script("true")]);
+    let check = sh(&gate.script("true"));
     let cfg = k8s(
         &sb,
         "v0",

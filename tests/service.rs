@@ -186,7 +186,7 @@ fn crashing_on(sb: &Sandbox, gate: &gate::Gate) -> std::path::PathBuf {
         sb.service_toml(&["--config", &conf.display().to_string()]),
         sb.readiness_toml(),
         vol.display().to_string(),
-        toml_list(&["sh".into(), "-c".into(), check]),
+        sh(&check),
     ))
 }
 

@@ -183,6 +183,11 @@ pub fn probe(cfg: &Path) -> (i32, String) {
     )
 }
 
+/// `["sh", "-c", script]` as a TOML array: a command that needs a shell.
+pub fn sh(script: &str) -> String {
+    toml_list(&["sh".into(), "-c".into(), script.to_string()])
+}
+
 pub fn toml_list(items: &[String]) -> String {
     let quoted: Vec<String> = items.iter().map(|s| format!("{s:?}")).collect();
     format!("[{}]", quoted.join(", "))
