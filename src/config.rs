@@ -165,7 +165,17 @@ pub enum Action {
     Signal(Signal),
     Restart,
     Exec(Vec<String>),
+    /// Call a reload endpoint (see http_action.rs).
+    Http(HttpAction),
     None,
+}
+
+/// `http = { url, method, timeout }` of `on_change = "http"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpAction {
+    pub url: String,
+    pub method: String,
+    pub timeout: Duration,
 }
 
 /// A config that could not be used; tend exits 2 and starts nothing.
@@ -401,6 +411,17 @@ impl Config {
                     out.push_str("on_change = \"exec\"\n");
                     writeln!(out, "exec = {}", quote_list(argv)).unwrap();
                 }
+                Action::Http(h) => {
+                    out.push_str("on_change = \"http\"\n");
+                    writeln!(
+                        out,
+                        "http = {{ url = {}, method = {}, timeout = {} }}",
+                        quote(&h.url),
+                        quote(&h.method),
+                        quote(&format_duration(h.timeout))
+                    )
+                    .unwrap();
+                }
                 Action::None => out.push_str("on_change = \"none\"\n"),
             }
             writeln!(out, "debounce = {}", quote(&format_duration(w.debounce))).unwrap();
@@ -559,7 +580,16 @@ enum OnChange {
     Signal,
     Restart,
     Exec,
+    Http,
     None,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHttp {
+    url: String,
+    method: Option<String>,
+    timeout: Option<Spanned<Dur>>,
 }
 
 #[derive(Deserialize)]
@@ -573,6 +603,7 @@ struct RawWatch {
     on_change: Option<Spanned<OnChange>>,
     signal: Option<Spanned<SignalName>>,
     exec: Option<Spanned<Argv>>,
+    http: Option<Spanned<RawHttp>>,
     debounce: Option<Dur>,
 }
 
@@ -605,7 +636,7 @@ impl RawWatch {
                 paths_span,
                 &format!(
                     "{label} has no `on_change`: say what a valid change does, one of \
-                     \"signal\", \"restart\", \"exec\" or \"none\""
+                     \"signal\", \"restart\", \"exec\", \"http\" or \"none\""
                 ),
             ));
         };
@@ -624,12 +655,45 @@ impl RawWatch {
                 &format!("{label}: `exec` is only used with on_change = \"exec\""),
             ));
         }
+        if let (Some(http), false) = (&self.http, kind == OnChange::Http) {
+            return Err(at(
+                text,
+                http.span(),
+                &format!("{label}: `http` is only used with on_change = \"http\""),
+            ));
+        }
         let action = match kind {
             OnChange::Signal => {
                 Action::Signal(self.signal.map_or(Signal::SIGHUP, |s| s.into_inner().0))
             }
             OnChange::Restart => Action::Restart,
             OnChange::None => Action::None,
+            OnChange::Http => {
+                let Some(http) = self.http else {
+                    return Err(at(
+                        text,
+                        on_change.span(),
+                        &format!(
+                            "{label}: on_change = \"http\" needs `http = {{ url = \"http://127.0.0.1:PORT/PATH\" }}`"
+                        ),
+                    ));
+                };
+                let span = http.span();
+                let raw = http.into_inner();
+                let method = raw.method.unwrap_or_else(|| "POST".into());
+                crate::http_action::Endpoint::parse(&method, &raw.url)
+                    .map_err(|e| at(text, span.clone(), &format!("{label}: `http`: {e}")))?;
+                Action::Http(HttpAction {
+                    url: raw.url,
+                    method,
+                    timeout: not_zero(
+                        text,
+                        raw.timeout,
+                        Duration::from_secs(5),
+                        &format!("{label}: `http` timeout is 0: every call would fail"),
+                    )?,
+                })
+            }
             OnChange::Exec => match self.exec {
                 Some(argv) => Action::Exec(argv.into_inner().0),
                 None => {
@@ -1041,6 +1105,55 @@ debounce = "2m"
         assert!(e.contains("overlap") && e.contains("line 2"), "{e}");
         let e = err("[service]\nready_timeout = \"0s\"\n");
         assert!(e.contains("line 2") && e.contains("ready_timeout"), "{e}");
+    }
+
+    #[test]
+    fn an_http_action_names_an_endpoint_by_address() {
+        let c = Config::parse(
+            "[[watch]]\npaths = [\"/x\"]\non_change = \"http\"\nhttp = { url = \"http://127.0.0.1:9090/-/reload\" }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.watches[0].action,
+            Action::Http(HttpAction {
+                url: "http://127.0.0.1:9090/-/reload".into(),
+                method: "POST".into(),
+                timeout: Duration::from_secs(5),
+            })
+        );
+        assert_eq!(Config::parse(&c.describe()).unwrap(), c);
+        let w = "[[watch]]\npaths = [\"/x\"]\n";
+        for (bad, says) in [
+            ("on_change = \"http\"\n", "needs `http"),
+            (
+                "on_change = \"signal\"\nhttp = { url = \"http://127.0.0.1/\" }\n",
+                "only used with",
+            ),
+            (
+                "on_change = \"http\"\nhttp = { url = \"http://prometheus:9090/\" }\n",
+                "not an IP address",
+            ),
+            (
+                "on_change = \"http\"\nhttp = { url = \"http://127.0.0.1/\", method = \"post\" }\n",
+                "method",
+            ),
+            (
+                "on_change = \"http\"\nhttp = { url = \"http://127.0.0.1/\", timeout = \"0s\" }\n",
+                "timeout is 0",
+            ),
+            (
+                "on_change = \"http\"\nhttp = { url = \"http://127.0.0.1/\", headers = 1 }\n",
+                "headers",
+            ),
+        ] {
+            let e = err(&format!("{w}{bad}"));
+            let line = if bad.contains("http = {") {
+                "line 4"
+            } else {
+                "line 3"
+            };
+            assert!(e.contains(says) && e.contains(line), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod core;
 pub mod envfile;
+pub mod http_action;
 pub mod log;
 pub mod notify;
 pub mod probe;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use tend::cli::{self, Cli, Mode, Parsed};
 use tend::config::{self, Config, ConfigError};
-use tend::{log, probe, signals, sockets, supervisor};
+use tend::{http_action, log, probe, signals, sockets, supervisor};
 
 /// Why tend stopped before or instead of running the service.
 enum Failure {
@@ -21,6 +21,14 @@ fn main() -> ExitCode {
     if let Err(e) = signals::take_over() {
         eprintln!("tend: {e}");
         return ExitCode::from(1);
+    }
+    // An `on_change = "http"` action: tend, as a child of tend, makes the call.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "__http") {
+        let args: Vec<String> = std::env::args_os()
+            .skip(2)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        return ExitCode::from(u8::try_from(http_action::run(&args)).unwrap_or(1));
     }
     let cli = match Cli::parse(std::env::args_os().skip(1)) {
         Ok(Parsed::Run(cli)) => cli,

@@ -642,3 +642,75 @@ fn with_invalid_config_ready_a_rejected_edit_keeps_the_replica_ready() {
     assert!(tend.stderr().contains("check failed"));
     assert!(sb.log("service sig ").is_empty());
 }
+
+/// A reload endpoint on `port`: logs each request line to `requests.log`,
+/// answers 500 with a reason while `broken` exists, else 200.
+const RELOAD_ENDPOINT: &str = r#"
+import http.server, os, sys
+port, log, broken = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        with open(log, "a") as f:
+            f.write(self.requestline + "\n")
+        if os.path.exists(broken):
+            body = b"failed to reload config: unknown field\nsecond line\n"
+            self.send_response(500)
+        else:
+            body = b"ok\n"
+            self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"#;
+
+#[test]
+fn an_http_action_calls_the_reload_endpoint_and_retries_until_it_answers_2xx() {
+    let sb = Sandbox::new();
+    let port = common::http::free_port();
+    let script = sb.write("endpoint.py", RELOAD_ENDPOINT);
+    let broken = sb.path("broken");
+    let service = toml_list(&[
+        "python3".into(),
+        script.display().to_string(),
+        port.to_string(),
+        sb.path("requests.log").display().to_string(),
+        broken.display().to_string(),
+    ]);
+    let vol = sb.path("config");
+    project(&vol, &[("app.conf", "v0")]);
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = {service}\n{}\n[[watch]]\nname = \"app\"\npaths = [{:?}]\n\
+         on_change = \"http\"\nhttp = {{ url = \"http://127.0.0.1:{port}/-/reload\", timeout = \"2s\" }}\n",
+        sb.readiness_toml(),
+        vol.display().to_string(),
+    ));
+    let tend = sb.tend().config(&cfg).start();
+    sb.wait_ready(true, secs(10.0));
+    wait_for("the endpoint to listen", secs(10.0), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+    });
+    let requests = || {
+        fs::read_to_string(sb.path("requests.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    fs::write(&broken, "").unwrap();
+    update(&sb, "v1");
+    tend.wait_stderr(
+        "HTTP 500: failed to reload config: unknown field",
+        secs(10.0),
+    );
+    let st = sb.wait_state("reloading", secs(5.0));
+    assert_eq!(st["watches"][0]["result"], "action_failed");
+    fs::remove_file(&broken).unwrap();
+    sb.wait_ready(true, secs(10.0));
+    assert_eq!(sb.status().unwrap()["watches"][0]["result"], "applied");
+    let r = requests();
+    assert!(r.len() >= 2, "{r:?}");
+    assert!(r.iter().all(|l| l == "POST /-/reload HTTP/1.1"), "{r:?}");
+}

@@ -1310,7 +1310,11 @@ impl Core {
         for (argv, users) in batch.execs {
             let timeout = users
                 .iter()
-                .map(|id| self.watches[id.0].check_timeout)
+                .map(|id| match &self.watches[id.0].action {
+                    // The child bounds the call itself; this is the backstop.
+                    Action::Http(h) => h.timeout + Duration::from_secs(1),
+                    _ => self.watches[id.0].check_timeout,
+                })
                 .max()
                 .unwrap_or_default();
             self.spawn(

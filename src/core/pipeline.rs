@@ -304,6 +304,14 @@ impl Pipeline {
                     Some((_, users)) => users.push(id),
                     None => batch.execs.push((argv.clone(), vec![id])),
                 },
+                // Tend itself, run as a short-lived child, calls the endpoint.
+                Action::Http(h) => {
+                    let argv = crate::http_action::argv(&h.method, &h.url, h.timeout);
+                    match batch.execs.iter_mut().find(|(a, _)| *a == argv) {
+                        Some((_, users)) => users.push(id),
+                        None => batch.execs.push((argv, vec![id])),
+                    }
+                }
             }
         }
         if batch.watches.is_empty() {
