@@ -315,9 +315,13 @@ def tend_cost(tend, work, updates):
     s = ReloadSetup("tend", tend, work)
     try:
         def cpu(pid):
-            # Nanoseconds on the CPU (schedstat), not the 10 ms ticks of stat.
-            with open(f"/proc/{pid}/schedstat") as f:
-                return int(f.read().split()[0]) / 1e9
+            # Nanoseconds on the CPU (schedstat), not the 10 ms ticks of stat,
+            # summed over every thread (the loop and the watcher's).
+            total = 0
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[0])
+            return total / 1e9
         idle = status_field(s.tend_pid, "VmRSS")
         c0 = cpu(s.tend_pid)
         ok = 0
