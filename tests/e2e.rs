@@ -74,8 +74,9 @@ fn nginx_sandbox(sb: &Sandbox, port: u16) -> PathBuf {
         &rewrite(
             &example("nginx", "nginx.conf"),
             &[
+                // First: the paths rewritten after it are under /tmp too.
+                ("/tmp/", &path(sb.path(""))),
                 ("/etc/nginx/conf.d", &path(vol.clone())),
-                ("/run/nginx.pid", &path(sb.path("nginx.pid"))),
             ],
         ),
     );
@@ -353,9 +354,9 @@ fn a_rotated_tls_secret_reloads_nginx_once_per_rotation() {
         &rewrite(
             &example("secret-rotation", "nginx.conf"),
             &[
+                ("/tmp/", &path(sb.path(""))),
                 ("listen 8443 ssl", &format!("listen 127.0.0.1:{port} ssl")),
                 ("/etc/tls/", &format!("{}/", path(tls.clone()))),
-                ("/run/nginx.pid", &path(sb.path("nginx.pid"))),
             ],
         ),
     );

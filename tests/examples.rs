@@ -1,6 +1,8 @@
 //! What a user copies: every example is a valid config that keeps the
-//! promises its Kubernetes manifest makes, and the static build command in
-//! Dockerfile.example produces a binary that runs in an empty root.
+//! promises its Kubernetes manifest makes, runs locked down, and has a
+//! Dockerfile that builds tend as Dockerfile.example does and copies files
+//! that exist; that build command produces a binary that runs in an empty
+//! root.
 
 mod common;
 
@@ -80,11 +82,13 @@ fn every_manifest_probes_with_tend_mounts_whole_volumes_and_outlasts_stop_timeou
             !code.iter().any(|l| l.contains("subPath")),
             "{name}: a subPath mount never sees updates"
         );
+        // The service gets stop_timeout, then what is left of the container
+        // as long again, then 2 s after SIGKILL: all before the kubelet's.
         let grace = number_after(&manifest, "terminationGracePeriodSeconds:");
         let stop = number_after(&toml, "stop_timeout = \"");
         assert!(
-            grace > stop,
-            "{name}: terminationGracePeriodSeconds {grace} must exceed stop_timeout {stop}s"
+            grace > 2 * stop + 2,
+            "{name}: terminationGracePeriodSeconds {grace} must exceed twice stop_timeout {stop}s, plus 2"
         );
         // Every watched path and env_from path is a volume the manifest mounts.
         let config = tend_config(&dir.join("supervisor.toml"));
@@ -228,5 +232,303 @@ fn the_dockerfile_builds_a_static_binary_that_runs_in_an_empty_root() {
         tend.wait(secs(10.0)),
         128 + 15,
         "sh has no SIGTERM trap: killed by it"
+    );
+}
+
+/// The example's image: its own Dockerfile; nginx's is also Dockerfile.example.
+fn dockerfiles() -> Vec<(PathBuf, PathBuf)> {
+    let mut files: Vec<(PathBuf, PathBuf)> = examples()
+        .into_iter()
+        .map(|dir| (dir.join("Dockerfile"), dir))
+        .collect();
+    files.push((repo("Dockerfile.example"), repo("examples/nginx")));
+    files
+}
+
+/// The lines of the `FROM rust... AS tend` stage, up to the next FROM.
+fn tend_stage(dockerfile: &str) -> Vec<&str> {
+    dockerfile
+        .lines()
+        .skip_while(|l| !l.starts_with("FROM rust"))
+        .take_while(|l| !l.is_empty())
+        .collect()
+}
+
+/// The JSON array after `instruction ` in the Dockerfile.
+fn exec_form(dockerfile: &str, instruction: &str) -> Vec<String> {
+    let line = dockerfile
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{instruction} ")))
+        .unwrap_or_else(|| panic!("no {instruction} in:\n{dockerfile}"));
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{instruction} {line}: {e}"))
+}
+
+#[test]
+fn every_example_has_a_dockerfile_that_builds_tend_as_the_example_does_from_files_in_the_repo() {
+    let example = fs::read_to_string(repo("Dockerfile.example")).unwrap();
+    let stage = tend_stage(&example);
+    assert!(
+        stage
+            .iter()
+            .any(|l| l.trim_start_matches("RUN ") == dockerfile_build_command()),
+        "{stage:?}"
+    );
+    let ignored: Vec<String> = fs::read_to_string(repo(".dockerignore"))
+        .expect("a .dockerignore")
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.trim_matches('/').to_string())
+        .collect();
+    assert!(ignored.iter().any(|p| p == "target"), "{ignored:?}");
+    for needed in ["Cargo.toml", "Cargo.lock", "src"] {
+        assert!(!ignored.iter().any(|p| p == needed), "{needed} is ignored");
+    }
+
+    for (file, dir) in dockerfiles() {
+        let name = file.display();
+        let text = fs::read_to_string(&file).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(tend_stage(&text), stage, "{name}: the tend stage differs");
+        assert!(
+            text.contains(
+                "COPY --from=tend /src/target/x86_64-unknown-linux-gnu/release/tend /usr/local/bin/tend\n"
+            ),
+            "{name}: tend at /usr/local/bin/tend, as the probes run it"
+        );
+        // Every COPY from the build context names files in the repository,
+        // not left out of the context.
+        let mut copied = Vec::new();
+        for line in text.lines().skip_while(|l| !l.starts_with("FROM rust")) {
+            let Some(args) = line.strip_prefix("COPY ") else {
+                continue;
+            };
+            if args.starts_with("--from=") || args == ". ." {
+                continue;
+            }
+            let args: Vec<&str> = args.split_whitespace().collect();
+            let (dest, sources) = args.split_last().unwrap();
+            for src in sources {
+                assert!(repo(src).exists(), "{name}: COPY {src}: no such file");
+                let top = src.split('/').next().unwrap();
+                assert!(
+                    !ignored.iter().any(|p| p == top),
+                    "{name}: {src} is ignored"
+                );
+                copied.push((src.to_string(), dest.to_string()));
+            }
+        }
+        // tend runs the example's own config, and CMD is its service.
+        let toml_path = dir.join("supervisor.toml");
+        let toml_rel = toml_path
+            .strip_prefix(repo(""))
+            .unwrap()
+            .display()
+            .to_string();
+        let (_, config) = copied
+            .iter()
+            .find(|(src, _)| *src == toml_rel)
+            .unwrap_or_else(|| panic!("{name}: {toml_rel} is not copied"));
+        assert_eq!(
+            exec_form(&text, "ENTRYPOINT"),
+            ["/usr/local/bin/tend", "--config", config, "--"],
+            "{name}"
+        );
+        let toml: toml::Table = fs::read_to_string(&toml_path).unwrap().parse().unwrap();
+        let command: Vec<String> = toml["service"]["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            exec_form(&text, "CMD"),
+            command,
+            "{name}: CMD replaces service.command"
+        );
+        // Files the config names are in the image or mounted.
+        let manifest = fs::read_to_string(dir.join("kubernetes.yaml")).unwrap();
+        for arg in &command[1..] {
+            if arg.starts_with('/') {
+                let in_image = copied.iter().any(|(_, dest)| dest == arg);
+                let mounted = mounts(&manifest)
+                    .iter()
+                    .any(|(_, at)| Path::new(arg).starts_with(at));
+                assert!(
+                    in_image || mounted,
+                    "{name}: {arg} is neither in the image nor mounted"
+                );
+            }
+        }
+        let user = text
+            .lines()
+            .find_map(|l| l.strip_prefix("USER "))
+            .unwrap_or_else(|| panic!("{name}: no USER"));
+        assert_ne!(user, "0", "{name}");
+        assert_eq!(
+            user.parse::<u64>().unwrap(),
+            number_after(&manifest, "runAsUser:"),
+            "{name}: USER and the manifest's runAsUser"
+        );
+    }
+}
+
+#[test]
+fn the_readme_shows_dockerfile_example_as_it_is() {
+    let readme = fs::read_to_string(repo("README.md")).unwrap();
+    let start = readme.find("```dockerfile\n").expect("a dockerfile block") + 14;
+    let end = start + readme[start..].find("```\n").unwrap();
+    let example = fs::read_to_string(repo("Dockerfile.example")).unwrap();
+    assert_eq!(&readme[start..end], example);
+}
+
+/// The `(volume, mountPath)` pairs of every volumeMounts entry.
+fn mounts(manifest: &str) -> Vec<(String, String)> {
+    let lines: Vec<&str> = manifest.lines().map(str::trim).collect();
+    lines
+        .windows(2)
+        .filter_map(|w| {
+            let volume = w[0].strip_prefix("- name: ")?;
+            let at = w[1].strip_prefix("mountPath: ")?;
+            Some((volume.split(' ').next()?.to_string(), at.to_string()))
+        })
+        .collect()
+}
+
+/// The paths where the manifest mounts an emptyDir: writable in a read-only
+/// root.
+fn writable(manifest: &str) -> Vec<String> {
+    let lines: Vec<&str> = manifest.lines().map(str::trim).collect();
+    let empty: Vec<&str> = lines
+        .windows(2)
+        .filter_map(|w| {
+            w[1].starts_with("emptyDir:")
+                .then_some(w[0].strip_prefix("- name: ")?)
+        })
+        .collect();
+    mounts(manifest)
+        .into_iter()
+        .filter(|(volume, _)| empty.contains(&volume.as_str()))
+        .map(|(_, at)| at)
+        .collect()
+}
+
+#[test]
+fn every_manifest_runs_as_non_root_on_a_read_only_root_and_mounts_where_it_writes() {
+    for dir in examples() {
+        let name = dir.display();
+        let manifest = fs::read_to_string(dir.join("kubernetes.yaml")).unwrap();
+        for setting in [
+            "runAsNonRoot: true",
+            "readOnlyRootFilesystem: true",
+            "allowPrivilegeEscalation: false",
+            "capabilities: { drop: [ALL] }",
+        ] {
+            assert!(manifest.contains(setting), "{name}: no {setting}");
+        }
+        assert_ne!(number_after(&manifest, "runAsUser:"), 0, "{name}");
+        let writable = writable(&manifest);
+        let is_writable = |path: &str| writable.iter().any(|w| Path::new(path).starts_with(w));
+        // tend's readiness and status files, and its notify socket.
+        let config = tend_config(&dir.join("supervisor.toml"));
+        for line in config.lines() {
+            if let Some(file) = line
+                .strip_prefix("file = ")
+                .or(line.strip_prefix("status_file = "))
+            {
+                let file = file.trim_matches('"');
+                assert!(is_writable(file), "{name}: {file} is not writable");
+            }
+        }
+        if config.contains("notify = true") {
+            assert!(
+                is_writable("/tmp/tend-notify") || manifest.contains("name: TMPDIR"),
+                "{name}: the notify socket goes in $TMPDIR or /tmp"
+            );
+        }
+        // nginx: a port a non-root user may bind, and writes only to emptyDirs.
+        let nginx = dir.join("nginx.conf");
+        if nginx.exists() {
+            let mut conf = fs::read_to_string(&nginx).unwrap();
+            if let Ok(site) = fs::read_to_string(dir.join("conf.d/app.conf")) {
+                conf += &site;
+            }
+            let directives = conf.lines().map(|l| l.split('#').next().unwrap().trim());
+            let mut writes = 0;
+            for d in directives {
+                let words: Vec<&str> = d.trim_end_matches(';').split_whitespace().collect();
+                match words.as_slice() {
+                    ["listen", port, ..] => {
+                        let port: u16 = port.rsplit(':').next().unwrap().parse().unwrap();
+                        assert!(port >= 1024, "{name}: nginx listens on {port}");
+                    }
+                    [key, path] if *key == "pid" || key.ends_with("_temp_path") => {
+                        assert!(is_writable(path), "{name}: nginx writes {path}");
+                        writes += 1;
+                    }
+                    _ => {}
+                }
+            }
+            assert_eq!(writes, 6, "{name}: the pid file and five temporary paths");
+        }
+    }
+}
+
+/// The base64 value of `key:` in the manifest, decoded by openssl.
+fn secret_value(manifest: &str, key: &str) -> Vec<u8> {
+    let value = manifest
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("{key}: ")))
+        .unwrap_or_else(|| panic!("no {key}"));
+    let mut child = Command::new("openssl")
+        .args(["base64", "-d", "-A"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("openssl: run scripts/install-deps");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(value.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && !out.stdout.is_empty(),
+        "{key} is not base64"
+    );
+    out.stdout
+}
+
+/// openssl's output for `args` on `input`, which must succeed.
+fn openssl(args: &[&str], input: &Path) -> String {
+    let out = Command::new("openssl")
+        .args(args)
+        .arg(input)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn the_tls_secret_holds_a_certificate_and_its_key() {
+    let sb = Sandbox::new();
+    let manifest = fs::read_to_string(repo("examples/secret-rotation/kubernetes.yaml")).unwrap();
+    let crt = sb.path("tls.crt");
+    let key = sb.path("tls.key");
+    fs::write(&crt, secret_value(&manifest, "tls.crt")).unwrap();
+    fs::write(&key, secret_value(&manifest, "tls.key")).unwrap();
+    let subject = openssl(&["x509", "-noout", "-subject", "-in"], &crt);
+    assert!(subject.contains("CN = example.test"), "{subject}");
+    // Valid for ten more years at least: the example does not expire.
+    openssl(&["x509", "-noout", "-checkend", "315360000", "-in"], &crt);
+    assert_eq!(
+        openssl(&["x509", "-noout", "-pubkey", "-in"], &crt),
+        openssl(&["pkey", "-pubout", "-in"], &key),
+        "the key is the certificate's"
     );
 }

@@ -45,4 +45,4 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 
 http.server.ThreadingHTTPServer.allow_reuse_address = True
-http.server.ThreadingHTTPServer(("127.0.0.1", int(conf.get("port", 8080))), Handler).serve_forever()
+http.server.ThreadingHTTPServer(("0.0.0.0", int(conf.get("port", 8080))), Handler).serve_forever()
