@@ -29,7 +29,8 @@ Exit status: the service's exit code, or 128+N when signal N killed it;
 2 for a usage or config error (nothing is started); 127 when COMMAND is not
 found, 126 when it is not executable; 1 for any other failure of tend.
 
-Logging: TEND_LOG sets the level (error, warn, info, debug, trace; default info),
+Logging: TEND_LOG sets the level (error, warn, info, debug, trace; default info
+with a config, warn without one),
 TEND_LOG_FORMAT=json writes JSON lines. Logs go to stderr.";
 
 #[derive(Debug, PartialEq, Eq)]

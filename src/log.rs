@@ -15,16 +15,20 @@ use tracing::level_filters::LevelFilter;
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Metadata, Subscriber};
 
-/// Installs the subscriber. The error names the variable that is wrong.
-pub fn init() -> Result<(), String> {
+/// Installs the subscriber; `default` is the level when TEND_LOG is unset.
+/// The error names the variable that is wrong.
+pub fn init(default: LevelFilter) -> Result<(), String> {
     let filter = match std::env::var("TEND_LOG") {
-        Ok(v) if !v.trim().is_empty() => Filter::parse(&v).ok_or_else(|| {
+        Ok(v) if !v.trim().is_empty() => Filter::parse(&v, default).ok_or_else(|| {
             format!(
                 "TEND_LOG={v:?} is not a level or filter: use off, error, warn, info, debug or trace, \
                  or target=level directives separated by commas"
             )
         })?,
-        _ => Filter::default(),
+        _ => Filter {
+            default,
+            targets: Vec::new(),
+        },
     };
     let json = match std::env::var("TEND_LOG_FORMAT").as_deref() {
         Ok("json") => true,
@@ -47,19 +51,11 @@ struct Filter {
     targets: Vec<(String, LevelFilter)>,
 }
 
-impl Default for Filter {
-    fn default() -> Self {
-        Filter {
-            default: LevelFilter::INFO,
-            targets: Vec::new(),
-        }
-    }
-}
-
 impl Filter {
     /// Every directive must name a level: a bare word that is not one would
-    /// otherwise read as a target and silently change nothing.
-    fn parse(text: &str) -> Option<Filter> {
+    /// otherwise read as a target and silently change nothing. Targets alone
+    /// keep `default` for the rest.
+    fn parse(text: &str, default: LevelFilter) -> Option<Filter> {
         let level = |l: &str| {
             let l = l.trim().to_ascii_lowercase();
             ["off", "error", "warn", "info", "debug", "trace"]
@@ -67,7 +63,10 @@ impl Filter {
                 .then(|| l.parse::<LevelFilter>().ok())
                 .flatten()
         };
-        let mut filter = Filter::default();
+        let mut filter = Filter {
+            default,
+            targets: Vec::new(),
+        };
         let mut default_set = false;
         for directive in text.split(',') {
             match directive.split_once('=') {
@@ -229,22 +228,22 @@ mod tests {
             "tend::supervisor=debug",
             "off",
         ] {
-            assert!(Filter::parse(ok).is_some(), "{ok}");
+            assert!(Filter::parse(ok, LevelFilter::INFO).is_some(), "{ok}");
         }
         for bad in ["chatty", "tend=loud", "=info", "info,", "verbose"] {
-            assert!(Filter::parse(bad).is_none(), "{bad}");
+            assert!(Filter::parse(bad, LevelFilter::INFO).is_none(), "{bad}");
         }
     }
 
     #[test]
     fn the_longest_matching_target_sets_the_level() {
-        let f = Filter::parse("warn,tend=info,tend::watch=trace").unwrap();
+        let f = Filter::parse("warn,tend=info,tend::watch=trace", LevelFilter::INFO).unwrap();
         assert_eq!(f.max(), LevelFilter::TRACE);
         assert_eq!(f.targets[0].0, "tend::watch");
-        let only = Filter::parse("tend::watch=debug").unwrap();
+        let only = Filter::parse("tend::watch=debug", LevelFilter::WARN).unwrap();
         assert_eq!(
             only.default,
-            LevelFilter::INFO,
+            LevelFilter::WARN,
             "targets alone keep the default level"
         );
     }

@@ -3,6 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use tracing::level_filters::LevelFilter;
+
 use tend::cli::{self, Cli, Mode, Parsed};
 use tend::config::{self, Config, ConfigError};
 use tend::{log, probe, signals, sockets, supervisor};
@@ -33,10 +35,6 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = log::init() {
-        eprintln!("tend: {e}");
-        return ExitCode::from(2);
-    }
     let code = match run(cli) {
         Ok(code) => code,
         Err(Failure::Usage(msg)) => {
@@ -57,6 +55,15 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<i32, Failure> {
     let config_path = find_config(cli.config)?;
+    // Without a config tend is a plain init, as quiet as tini: an interactive
+    // program under it owns the terminal. A config asks for a supervisor,
+    // whose reloads are worth an INFO line each.
+    let level = if config_path.is_some() {
+        LevelFilter::INFO
+    } else {
+        LevelFilter::WARN
+    };
+    log::init(level).map_err(Failure::Usage)?;
     match cli.mode {
         Some(Mode::CheckConfig) => check_config(config_path),
         Some(Mode::Probe) => {
