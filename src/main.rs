@@ -7,7 +7,7 @@ use tracing::level_filters::LevelFilter;
 
 use tend::cli::{self, Cli, Mode, Parsed};
 use tend::config::{self, Config, ConfigError};
-use tend::{log, probe, signals, sockets, supervisor};
+use tend::{log, probe, show, signals, sockets, supervisor};
 
 /// Why tend stopped before or instead of running the service.
 enum Failure {
@@ -66,15 +66,20 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     log::init(level).map_err(Failure::Usage)?;
     match cli.mode {
         Some(Mode::CheckConfig) => check_config(config_path),
-        Some(Mode::Probe) => {
+        Some(mode @ (Mode::Probe | Mode::Status)) => {
             let Some(path) = config_path else {
                 return Err(Failure::Usage(format!(
-                    "no config to probe: pass --config PATH, set $TEND_CONFIG, or create {}",
+                    "no config to read the status from: pass --config PATH, set $TEND_CONFIG, \
+                     or create {}",
                     config::DEFAULT_PATH
                 )));
             };
             let config = Config::load(&path).map_err(Failure::Config)?;
-            probe::probe(&config.readiness).map_err(Failure::Usage)
+            if mode == Mode::Probe {
+                probe::probe(&config.readiness).map_err(Failure::Usage)
+            } else {
+                show::status(&config.readiness).map_err(Failure::Usage)
+            }
         }
         None => {
             let config = match &config_path {
