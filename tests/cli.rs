@@ -131,3 +131,63 @@ fn status_shows_the_state_and_why_a_watch_is_invalid() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("status_file"), "{err}");
 }
+
+#[test]
+fn json_logs_keep_the_types_of_their_fields() {
+    let sb = Sandbox::new();
+    let conf = sb.write("app.conf", "bad");
+    let check = format!(
+        "grep -q good {} || {{ echo 'error: not good'; exit 1; }}",
+        conf.display()
+    );
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = {}\n{}\n[[watch]]\nname = \"app\"\npaths = [{:?}]\n\
+         check = [\"sh\", \"-c\", {check:?}]\non_change = \"signal\"\n",
+        sb.service_toml(&[]),
+        sb.readiness_toml(),
+        conf.display().to_string(),
+    ));
+    let mut t = sb
+        .tend()
+        .env("TEND_LOG_FORMAT", "json")
+        .config(&cfg)
+        .start();
+    sb.wait_state("invalid_config", secs(10.0));
+    sb.write("app.conf", "good");
+    sb.wait_state("ready", secs(10.0));
+    t.signal(nix::sys::signal::Signal::SIGTERM);
+    t.wait(secs(10.0));
+
+    let lines: Vec<serde_json::Value> = t
+        .stderr()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let find = |message: &str| {
+        lines
+            .iter()
+            .find(|l| l["message"].as_str().unwrap().starts_with(message))
+            .unwrap_or_else(|| panic!("no {message:?} in {lines:#?}"))
+    };
+    let failed = find("check failed");
+    assert_eq!(failed["output"], serde_json::json!(["error: not good"]));
+    assert!(failed["took"].is_f64(), "{failed}");
+    assert!(!failed["message"].as_str().unwrap().contains("output"));
+    assert_eq!(failed["watch"], "app");
+
+    let changed = find("change detected");
+    assert_eq!(
+        changed["paths"],
+        serde_json::json!([conf.display().to_string()])
+    );
+    assert_eq!(changed["missing"], serde_json::json!([]));
+    assert!(changed["files"].is_u64(), "{changed}");
+
+    let started = find("service started");
+    assert!(started["pid"].is_i64(), "{started}");
+    assert!(
+        started["command"].as_array().unwrap()[0].is_string(),
+        "{started}"
+    );
+    assert!(find("check passed")["took"].as_f64().unwrap() > 0.0);
+}
