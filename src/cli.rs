@@ -11,7 +11,8 @@ Usage:
   tend [--config PATH] [-- COMMAND [ARG...]]   run COMMAND (or service.command) as the service
   tend check-config [--config PATH]            validate supervisor.toml, print what it means
   tend probe [--config PATH]                   exit 0 when ready, 1 when not
-  tend --help | --version";
+  tend status [--config PATH]                  print the status file for a person
+  tend help [SUBCOMMAND] | version";
 
 const HELP: &str = "\
 tend: PID 1 for containers. Runs the service, forwards signals, reaps zombies,
@@ -19,8 +20,8 @@ and reloads the service when its mounted config changes.
 
 Options:
   --config PATH   the supervisor.toml to use
-  -h, --help      print this help
-  -V, --version   print the version
+  -h, --help      print this help (after a subcommand: that subcommand's help)
+  -V, --version   print the version and the commit it was built from
 
 Config: --config PATH, else $TEND_CONFIG, else /etc/tend/supervisor.toml when it
 exists. Without a config, tend is a plain init for COMMAND.
@@ -29,8 +30,41 @@ Exit status: the service's exit code, or 128+N when signal N killed it;
 2 for a usage or config error (nothing is started); 127 when COMMAND is not
 found, 126 when it is not executable; 1 for any other failure of tend.
 
-Logging: TEND_LOG sets the level (error, warn, info, debug, trace; default info),
-TEND_LOG_FORMAT=json writes JSON lines. Logs go to stderr.";
+Logging: TEND_LOG sets the level (error, warn, info, debug, trace; default info
+with a config, warn without one), TEND_LOG_FORMAT=json writes JSON lines.
+Logs go to stderr.";
+
+const CHECK_CONFIG_HELP: &str = "\
+Usage: tend check-config [--config PATH]
+
+Validates supervisor.toml against this machine, as a run would, and prints it
+back as TOML with every default filled in. Warnings go to stderr.
+Exit status: 0 when the config is valid, 2 when it is not.";
+
+const PROBE_HELP: &str = "\
+Usage: tend probe [--config PATH]
+
+For an exec readinessProbe: reads [readiness] status_file (else file) that the
+running tend writes, prints one line saying whether it is ready and why not.
+Exit status: 0 ready, 1 not ready, 2 when the config gives nothing to probe.";
+
+const STATUS_HELP: &str = "\
+Usage: tend status [--config PATH]
+
+Prints [readiness] status_file for a person: the state, the service's pid,
+restarts and instances, and each watch's result with the line of its check's
+output that says why.
+Exit status: 0 when the file was read, 1 when it could not be, 2 when the
+config names no status_file.";
+
+/// `tend 0.1.0 (commit 1a2b3c4)`; the commit comes from build.rs.
+pub fn version() -> String {
+    format!(
+        "tend {} (commit {})",
+        env!("CARGO_PKG_VERSION"),
+        env!("TEND_GIT_COMMIT")
+    )
+}
 
 #[derive(Debug, PartialEq, Eq)]
 pub struct Cli {
@@ -40,17 +74,42 @@ pub struct Cli {
     pub command: Vec<String>,
 }
 
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     CheckConfig,
     Probe,
+    Status,
+}
+
+impl Mode {
+    fn from_word(word: &str) -> Option<Mode> {
+        match word {
+            "check-config" => Some(Mode::CheckConfig),
+            "probe" => Some(Mode::Probe),
+            "status" => Some(Mode::Status),
+            _ => None,
+        }
+    }
+
+    fn help(self) -> &'static str {
+        match self {
+            Mode::CheckConfig => CHECK_CONFIG_HELP,
+            Mode::Probe => PROBE_HELP,
+            Mode::Status => STATUS_HELP,
+        }
+    }
+}
+
+/// The whole help: usage first, as a person reads it.
+fn help() -> String {
+    format!("{USAGE}\n\n{HELP}")
 }
 
 /// What the command line asks for.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Parsed {
     Run(Cli),
-    /// Print this on stdout and exit 0 (--help, --version).
+    /// Print this on stdout and exit 0 (help, version).
     Print(String),
 }
 
@@ -64,10 +123,12 @@ impl Cli {
             command: Vec::new(),
         };
         let mut args = args.into_iter();
+        let mut first = true;
         while let Some(arg) = args.next() {
             let arg = arg
                 .into_string()
                 .map_err(|a| format!("argument {a:?} is not valid UTF-8"))?;
+            let was_first = std::mem::replace(&mut first, false);
             match arg.as_str() {
                 "--" => {
                     if cli.mode.is_some() {
@@ -84,23 +145,33 @@ impl Cli {
                         return Err("`--` must be followed by the command to run".into());
                     }
                 }
-                "-h" | "--help" => return Ok(Parsed::Print(format!("{HELP}\n\n{USAGE}"))),
-                "-V" | "--version" => {
-                    return Ok(Parsed::Print(format!("tend {}", env!("CARGO_PKG_VERSION"))));
+                "-h" | "--help" => {
+                    return Ok(Parsed::Print(
+                        cli.mode.map_or_else(help, |m| m.help().to_string()),
+                    ));
                 }
+                "-V" | "--version" => return Ok(Parsed::Print(version())),
+                // Subcommands that only print come first, alone.
+                "help" if was_first => {
+                    let topic = args.next().map(|a| a.to_string_lossy().into_owned());
+                    return match topic.as_deref() {
+                        None => Ok(Parsed::Print(help())),
+                        Some(word) => Mode::from_word(word)
+                            .map(|m| Parsed::Print(m.help().to_string()))
+                            .ok_or_else(|| {
+                                format!("no help on {word:?}: there is no such subcommand")
+                            }),
+                    };
+                }
+                "version" if was_first => return Ok(Parsed::Print(version())),
                 "--config" => {
                     let path = args.next().ok_or("--config needs a path: --config PATH")?;
                     cli.config = Some(PathBuf::from(path));
                 }
-                "check-config" | "probe" if cli.mode.is_none() => {
-                    cli.mode = Some(if arg == "probe" {
-                        Mode::Probe
-                    } else {
-                        Mode::CheckConfig
-                    });
-                }
                 _ => {
-                    if let Some(path) = arg.strip_prefix("--config=") {
+                    if let Some(mode) = Mode::from_word(&arg).filter(|_| cli.mode.is_none()) {
+                        cli.mode = Some(mode);
+                    } else if let Some(path) = arg.strip_prefix("--config=") {
                         cli.config = Some(PathBuf::from(path));
                     } else if arg.starts_with('-') {
                         return Err(format!("unknown option {arg:?}"));
@@ -164,17 +235,64 @@ mod tests {
         assert!(parse(&["probe", "probe"]).is_err());
     }
 
-    #[test]
-    fn help_and_version_are_printed() {
-        for flag in ["-h", "--help"] {
-            let Ok(Parsed::Print(text)) = Cli::parse([OsString::from(flag)]) else {
-                panic!()
-            };
-            assert!(text.contains("check-config") && text.contains("Exit status"));
+    fn printed(args: &[&str]) -> String {
+        match Cli::parse(args.iter().map(OsString::from)) {
+            Ok(Parsed::Print(text)) => text,
+            other => panic!("{args:?} should print, got {other:?}"),
         }
-        let Ok(Parsed::Print(text)) = Cli::parse([OsString::from("-V")]) else {
-            panic!()
-        };
-        assert!(text.starts_with("tend "));
+    }
+
+    #[test]
+    fn help_starts_with_the_usage() {
+        for args in [
+            &["-h"][..],
+            &["--help"],
+            &["help"],
+            &["--config", "/x", "--help"],
+        ] {
+            let text = printed(args);
+            assert!(text.starts_with("Usage:\n"), "{args:?}: {text}");
+            assert!(text.contains("status") && text.contains("Exit status"));
+        }
+    }
+
+    #[test]
+    fn help_after_a_subcommand_is_that_subcommands_help() {
+        for (sub, usage) in [
+            ("check-config", "Usage: tend check-config"),
+            ("probe", "Usage: tend probe"),
+            ("status", "Usage: tend status"),
+        ] {
+            for args in [&[sub, "--help"][..], &[sub, "-h"], &["help", sub]] {
+                let text = printed(args);
+                assert!(text.starts_with(usage), "{args:?}: {text}");
+                assert!(text.contains("Exit status"), "{args:?}: {text}");
+            }
+        }
+        assert!(parse(&["help", "bogus"]).unwrap_err().contains("bogus"));
+    }
+
+    #[test]
+    fn version_names_the_commit() {
+        for args in [&["-V"][..], &["--version"], &["version"]] {
+            let text = printed(args);
+            assert!(
+                text.starts_with(&format!("tend {} (commit ", env!("CARGO_PKG_VERSION"))),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn help_and_version_are_words_only_in_first_place() {
+        // After a subcommand they would be arguments it does not take.
+        assert!(parse(&["status", "version"]).is_err());
+        assert!(parse(&["probe", "help"]).is_err());
+    }
+
+    #[test]
+    fn status_is_a_subcommand() {
+        let cli = parse(&["status", "--config", "/a"]).unwrap();
+        assert_eq!(cli.mode, Some(Mode::Status));
     }
 }

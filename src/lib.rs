@@ -13,6 +13,7 @@ pub mod log;
 pub mod notify;
 pub mod probe;
 pub mod process;
+pub mod show;
 pub mod signals;
 pub mod sockets;
 pub mod status;

@@ -15,16 +15,20 @@ use tracing::level_filters::LevelFilter;
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Metadata, Subscriber};
 
-/// Installs the subscriber. The error names the variable that is wrong.
-pub fn init() -> Result<(), String> {
+/// Installs the subscriber; `default` is the level when TEND_LOG is unset.
+/// The error names the variable that is wrong.
+pub fn init(default: LevelFilter) -> Result<(), String> {
     let filter = match std::env::var("TEND_LOG") {
-        Ok(v) if !v.trim().is_empty() => Filter::parse(&v).ok_or_else(|| {
+        Ok(v) if !v.trim().is_empty() => Filter::parse(&v, default).ok_or_else(|| {
             format!(
                 "TEND_LOG={v:?} is not a level or filter: use off, error, warn, info, debug or trace, \
                  or target=level directives separated by commas"
             )
         })?,
-        _ => Filter::default(),
+        _ => Filter {
+            default,
+            targets: Vec::new(),
+        },
     };
     let json = match std::env::var("TEND_LOG_FORMAT").as_deref() {
         Ok("json") => true,
@@ -47,19 +51,11 @@ struct Filter {
     targets: Vec<(String, LevelFilter)>,
 }
 
-impl Default for Filter {
-    fn default() -> Self {
-        Filter {
-            default: LevelFilter::INFO,
-            targets: Vec::new(),
-        }
-    }
-}
-
 impl Filter {
     /// Every directive must name a level: a bare word that is not one would
-    /// otherwise read as a target and silently change nothing.
-    fn parse(text: &str) -> Option<Filter> {
+    /// otherwise read as a target and silently change nothing. Targets alone
+    /// keep `default` for the rest.
+    fn parse(text: &str, default: LevelFilter) -> Option<Filter> {
         let level = |l: &str| {
             let l = l.trim().to_ascii_lowercase();
             ["off", "error", "warn", "info", "debug", "trace"]
@@ -67,7 +63,10 @@ impl Filter {
                 .then(|| l.parse::<LevelFilter>().ok())
                 .flatten()
         };
-        let mut filter = Filter::default();
+        let mut filter = Filter {
+            default,
+            targets: Vec::new(),
+        };
         let mut default_set = false;
         for directive in text.split(',') {
             match directive.split_once('=') {
@@ -182,13 +181,23 @@ fn text_line(event: &Event<'_>) -> String {
     )
 }
 
-/// `{"timestamp":"...","level":"INFO","message":"...","key":value}`
+/// `{"timestamp":"...","level":"INFO","target":"...","message":"...","key":value}`
+///
+/// Values keep their types: numbers and bools as such, durations as seconds,
+/// lists as arrays, and a command's output (which text lines append to the
+/// message) as an array of lines in `output`.
 fn json_line(event: &Event<'_>) -> String {
-    struct Json(serde_json::Map<String, serde_json::Value>);
+    use serde_json::Value;
+    struct Json(serde_json::Map<String, Value>);
     impl Visit for Json {
         fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-            self.0
-                .insert(field.name().into(), format!("{value:?}").into());
+            let text = format!("{value:?}");
+            let value = if field.name() == "message" {
+                Value::String(text)
+            } else {
+                typed(text)
+            };
+            self.0.insert(field.name().into(), value);
         }
         fn record_str(&mut self, field: &Field, value: &str) {
             self.0.insert(field.name().into(), value.into());
@@ -197,6 +206,9 @@ fn json_line(event: &Event<'_>) -> String {
             self.0.insert(field.name().into(), value.into());
         }
         fn record_u64(&mut self, field: &Field, value: u64) {
+            self.0.insert(field.name().into(), value.into());
+        }
+        fn record_f64(&mut self, field: &Field, value: f64) {
             self.0.insert(field.name().into(), value.into());
         }
         fn record_bool(&mut self, field: &Field, value: bool) {
@@ -211,14 +223,89 @@ fn json_line(event: &Event<'_>) -> String {
     j.0.insert("level".into(), level_name(event.metadata().level()).into());
     j.0.insert("target".into(), event.metadata().target().into());
     event.record(&mut j);
-    let mut line = serde_json::Value::Object(j.0).to_string();
+    if let Some(Value::String(message)) = j.0.get_mut("message") {
+        if let Some(at) = message.find(crate::text::OUTPUT_MARKER) {
+            let lines: Vec<Value> = message[at + crate::text::OUTPUT_MARKER.len()..]
+                .split(crate::text::OUTPUT_SEPARATOR)
+                .map(Value::from)
+                .collect();
+            message.truncate(at);
+            j.0.insert("output".into(), Value::Array(lines));
+        }
+    }
+    let mut line = Value::Object(j.0).to_string();
     line.push('\n');
     line
+}
+
+/// A value recorded with `?`, typed: a Duration's Debug (`1.5s`, `12ms`) as
+/// seconds; a Debug that is valid JSON (numbers, plain strings and lists of
+/// them, as `Vec<PathBuf>` prints) as that JSON; anything else as its text.
+fn typed(debug: String) -> serde_json::Value {
+    if let Some(seconds) = duration_seconds(&debug) {
+        return seconds.into();
+    }
+    serde_json::from_str(&debug).unwrap_or(serde_json::Value::String(debug))
+}
+
+/// Seconds in a Duration's Debug output, which is a decimal number and one
+/// of the units below.
+fn duration_seconds(debug: &str) -> Option<f64> {
+    const UNITS: [(&str, f64); 4] = [("ns", 1e-9), ("µs", 1e-6), ("ms", 1e-3), ("s", 1.0)];
+    let (number, scale) = UNITS
+        .iter()
+        .find_map(|(unit, scale)| Some((debug.strip_suffix(unit)?, *scale)))?;
+    if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return None;
+    }
+    number.parse::<f64>().ok().map(|n| n * scale)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_become_seconds() {
+        use std::time::Duration;
+        for (d, s) in [
+            (Duration::from_millis(1500), 1.5),
+            (Duration::from_micros(12_500), 0.0125),
+            (Duration::from_micros(100), 0.0001),
+            (Duration::from_nanos(7), 7e-9),
+            (Duration::ZERO, 0.0),
+            (Duration::from_secs(90), 90.0),
+        ] {
+            let got = duration_seconds(&format!("{d:?}")).unwrap();
+            assert!((got - s).abs() < 1e-12, "{d:?}: {got}");
+        }
+        for not in ["s", "ms", "1.5 s", "-1s", "\"5s\"", "1.5", "mass"] {
+            assert_eq!(duration_seconds(not), None, "{not}");
+        }
+    }
+
+    #[test]
+    fn debug_values_keep_their_types() {
+        use serde_json::json;
+        let paths = vec![std::path::PathBuf::from("/etc/a"), "/etc/b c".into()];
+        assert_eq!(typed(format!("{paths:?}")), json!(["/etc/a", "/etc/b c"]));
+        assert_eq!(typed(format!("{:?}", ["x"; 0])), json!([]));
+        assert_eq!(typed(format!("{:?}", 42)), json!(42));
+        assert_eq!(
+            typed(format!("{:?}", std::path::Path::new("/p"))),
+            json!("/p")
+        );
+        assert_eq!(
+            typed(format!("{:?}", std::time::Duration::from_millis(250))),
+            json!(0.25)
+        );
+        // Not JSON (an escape JSON does not have, a bitflags Debug): the text.
+        assert_eq!(typed(format!("{:?}", "a\u{1b}b")), json!("\"a\\u{1b}b\""));
+        assert_eq!(
+            typed("MODIFY | CLOSE_WRITE".into()),
+            json!("MODIFY | CLOSE_WRITE")
+        );
+    }
 
     #[test]
     fn filters_must_name_levels() {
@@ -229,22 +316,22 @@ mod tests {
             "tend::supervisor=debug",
             "off",
         ] {
-            assert!(Filter::parse(ok).is_some(), "{ok}");
+            assert!(Filter::parse(ok, LevelFilter::INFO).is_some(), "{ok}");
         }
         for bad in ["chatty", "tend=loud", "=info", "info,", "verbose"] {
-            assert!(Filter::parse(bad).is_none(), "{bad}");
+            assert!(Filter::parse(bad, LevelFilter::INFO).is_none(), "{bad}");
         }
     }
 
     #[test]
     fn the_longest_matching_target_sets_the_level() {
-        let f = Filter::parse("warn,tend=info,tend::watch=trace").unwrap();
+        let f = Filter::parse("warn,tend=info,tend::watch=trace", LevelFilter::INFO).unwrap();
         assert_eq!(f.max(), LevelFilter::TRACE);
         assert_eq!(f.targets[0].0, "tend::watch");
-        let only = Filter::parse("tend::watch=debug").unwrap();
+        let only = Filter::parse("tend::watch=debug", LevelFilter::WARN).unwrap();
         assert_eq!(
             only.default,
-            LevelFilter::INFO,
+            LevelFilter::WARN,
             "targets alone keep the default level"
         );
     }

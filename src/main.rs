@@ -3,9 +3,11 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use tracing::level_filters::LevelFilter;
+
 use tend::cli::{self, Cli, Mode, Parsed};
 use tend::config::{self, Config, ConfigError};
-use tend::{http_action, log, probe, signals, sockets, supervisor};
+use tend::{http_action, log, probe, show, signals, sockets, supervisor};
 
 /// Why tend stopped before or instead of running the service.
 enum Failure {
@@ -41,10 +43,6 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = log::init() {
-        eprintln!("tend: {e}");
-        return ExitCode::from(2);
-    }
     let code = match run(cli) {
         Ok(code) => code,
         Err(Failure::Usage(msg)) => {
@@ -65,17 +63,31 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<i32, Failure> {
     let config_path = find_config(cli.config)?;
+    // Without a config tend is a plain init, as quiet as tini: an interactive
+    // program under it owns the terminal. A config asks for a supervisor,
+    // whose reloads are worth an INFO line each.
+    let level = if config_path.is_some() {
+        LevelFilter::INFO
+    } else {
+        LevelFilter::WARN
+    };
+    log::init(level).map_err(Failure::Usage)?;
     match cli.mode {
         Some(Mode::CheckConfig) => check_config(config_path),
-        Some(Mode::Probe) => {
+        Some(mode @ (Mode::Probe | Mode::Status)) => {
             let Some(path) = config_path else {
                 return Err(Failure::Usage(format!(
-                    "no config to probe: pass --config PATH, set $TEND_CONFIG, or create {}",
+                    "no config to read the status from: pass --config PATH, set $TEND_CONFIG, \
+                     or create {}",
                     config::DEFAULT_PATH
                 )));
             };
             let config = Config::load(&path).map_err(Failure::Config)?;
-            probe::probe(&config.readiness).map_err(Failure::Usage)
+            if mode == Mode::Probe {
+                probe::probe(&config.readiness).map_err(Failure::Usage)
+            } else {
+                show::status(&config.readiness).map_err(Failure::Usage)
+            }
         }
         None => {
             let config = match &config_path {

@@ -69,6 +69,12 @@ pub fn summary(output: &str) -> String {
     bounded(&escape(line), SUMMARY_MAX)
 }
 
+/// What `for_log` puts before the lines, and what JSON logs split on to
+/// give the output a field of its own.
+pub const OUTPUT_MARKER: &str = "; output: ";
+/// What `for_log` puts between the lines.
+pub const OUTPUT_SEPARATOR: &str = " | ";
+
 /// The last lines of a command's output for a log line, as
 /// `; output: line | line`, or nothing when it printed nothing.
 pub fn for_log(output: &str) -> String {
@@ -84,7 +90,7 @@ pub fn for_log(output: &str) -> String {
         .iter()
         .map(|l| bounded(&escape(l), SUMMARY_MAX))
         .collect();
-    format!("; output: {}", tail.join(" | "))
+    format!("{OUTPUT_MARKER}{}", tail.join(OUTPUT_SEPARATOR))
 }
 
 fn push_escaped(out: &mut String, c: char, keep_lines: bool) {

@@ -22,6 +22,7 @@ fn a_service_killed_by_signal_n_makes_tend_exit_128_plus_n() {
     let sb = Sandbox::new();
     let (code, _, err) = sb
         .tend()
+        .env("TEND_LOG", "info")
         .command(&["sh", "-c", "kill -KILL $$"])
         .run(secs(10.0));
     assert_eq!(code, 137);
@@ -132,7 +133,11 @@ fn forwarded() -> Vec<(i32, String)> {
 fn each_signal_is_forwarded_once(pid1: bool) {
     let sb = Sandbox::new();
     // --exit-after: a service orphaned by a tend that died is gone soon.
-    let tend = sb.tend().command(&sb.service(&["--exit-after", "60"]));
+    // TEND_LOG: a plain init logs each forwarded signal only when asked.
+    let tend = sb
+        .tend()
+        .env("TEND_LOG", "info")
+        .command(&sb.service(&["--exit-after", "60"]));
     let tend = if pid1 { tend } else { tend.not_pid1() };
     let mut tend = tend.start();
     sb.wait_log("service start", 1, secs(10.0));

@@ -136,9 +136,11 @@ fn the_config_is_found_through_tend_config() {
 #[test]
 fn logs_are_json_lines_with_tend_log_format_json() {
     let sb = Sandbox::new();
+    // TEND_LOG: a plain init logs its INFO lines only when asked.
     let (code, _, err) = sb
         .tend()
         .env("TEND_LOG_FORMAT", "json")
+        .env("TEND_LOG", "info")
         .command(&["sh", "-c", "exit 0"])
         .run(secs(10.0));
     assert_eq!(code, 0);

@@ -67,8 +67,15 @@ def on_hup(*_):
 
 
 signal.signal(signal.SIGHUP, on_hup)
+# Ctrl-C reaches the service (tend hands it the terminal): a clean exit, not
+# a KeyboardInterrupt traceback.
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
 port = int(conf.get("port", 8080))
-server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+try:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+except OSError as e:
+    print(f"greeter: cannot listen on 127.0.0.1:{port}: {e.strerror}", file=sys.stderr)
+    sys.exit(1)
 print(f"greeter: serving {conf['greeting']!r} on http://127.0.0.1:{port}/", flush=True)
 server.serve_forever()

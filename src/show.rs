@@ -1,0 +1,147 @@
+//! `tend status`: the status file, for a person at a shell in the container.
+//! Like `tend probe`, it reads what the running tend wrote and never talks
+//! to it.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::config;
+use crate::status::Status;
+use crate::text;
+
+/// Prints the status file; returns the exit code (0 when it was read, 1 when
+/// not). Err when the config names no status file.
+pub fn status(readiness: &config::Readiness) -> Result<i32, String> {
+    let Some(path) = &readiness.status_file else {
+        return Err("[readiness] sets no `status_file`: tend writes no status to show".into());
+    };
+    match read(path) {
+        Ok(status) => {
+            print!("{}", render(&status));
+            Ok(0)
+        }
+        Err(e) => {
+            eprintln!("tend: {e}");
+            Ok(1)
+        }
+    }
+}
+
+fn read(path: &Path) -> Result<Status, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        format!(
+            "cannot read {}: {e} (is tend running with this config?)",
+            path.display()
+        )
+    })?;
+    serde_json::from_str(&text)
+        .map_err(|e| format!("{} is not a tend status file: {e}", path.display()))
+}
+
+/// One `name  value` line per fact; a watch's check output as its one
+/// telling line (the file has all of it).
+fn render(s: &Status) -> String {
+    let mut out = String::new();
+    let yes_no = |b: bool| if b { "yes" } else { "no" };
+    let _ = writeln!(out, "state       {}", s.state.as_str());
+    let _ = writeln!(out, "ready       {}", yes_no(s.ready));
+    let pid = s
+        .service
+        .pid
+        .map_or_else(|| "not running".to_string(), |p| format!("pid {p}"));
+    let _ = writeln!(
+        out,
+        "service     {pid}, {} restart{}",
+        s.service.restarts,
+        if s.service.restarts == 1 { "" } else { "s" }
+    );
+    if let Some(status) = &s.service.status {
+        let _ = writeln!(out, "  status    {}", text::escape(status));
+    }
+    for i in &s.service.instances {
+        let _ = writeln!(
+            out,
+            "  instance  pid {} {}{}",
+            i.pid,
+            i.state,
+            if i.ready { ", ready" } else { "" }
+        );
+    }
+    for w in &s.watches {
+        let _ = writeln!(out, "watch       {}: {}", w.name, w.result.as_str());
+        let why = text::summary(&w.check_output);
+        if !why.is_empty() {
+            let _ = writeln!(out, "  check     {why}");
+        }
+        if let Some(at) = &w.changed_at {
+            let _ = writeln!(out, "  changed   {at}");
+        }
+    }
+    if !s.updated_at.is_empty() {
+        let _ = writeln!(out, "updated     {}", s.updated_at);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::{InstanceStatus, ServiceStatus, State, WatchResult, WatchStatus};
+
+    #[test]
+    fn every_fact_a_person_needs_is_on_its_own_line() {
+        let s = Status {
+            state: State::InvalidConfig,
+            ready: false,
+            service: ServiceStatus {
+                pid: Some(42),
+                restarts: 1,
+                status: Some("Serving".into()),
+                instances: vec![InstanceStatus {
+                    pid: 42,
+                    state: "serving".into(),
+                    ready: true,
+                }],
+            },
+            watches: vec![WatchStatus {
+                name: "nginx".into(),
+                result: WatchResult::Invalid,
+                check_output: "nginx: [emerg] unknown directive \"x\"\ntest failed\n".into(),
+                changed_at: Some("2026-01-02T03:04:05Z".into()),
+            }],
+            updated_at: "2026-01-02T03:04:06Z".into(),
+        };
+        assert_eq!(
+            render(&s),
+            "state       invalid_config\n\
+             ready       no\n\
+             service     pid 42, 1 restart\n  \
+               status    Serving\n  \
+               instance  pid 42 serving, ready\n\
+             watch       nginx: invalid\n  \
+               check     nginx: [emerg] unknown directive \"x\"\n  \
+               changed   2026-01-02T03:04:05Z\n\
+             updated     2026-01-02T03:04:06Z\n"
+        );
+    }
+
+    #[test]
+    fn a_stopped_service_says_so() {
+        let s = Status {
+            state: State::Restarting,
+            ready: false,
+            service: ServiceStatus {
+                pid: None,
+                restarts: 3,
+                status: None,
+                instances: vec![],
+            },
+            watches: vec![],
+            updated_at: String::new(),
+        };
+        assert_eq!(
+            render(&s),
+            "state       restarting\nready       no\nservice     not running, 3 restarts\n"
+        );
+    }
+}
