@@ -282,6 +282,20 @@ struct Instance {
     stop: Option<(Instant, bool)>,
 }
 
+impl Instance {
+    /// Its stop_timeout has passed and it was not killed yet: it is marked
+    /// killed now.
+    fn stop_overdue(&mut self, now: Instant) -> bool {
+        match self.stop {
+            Some((kill_at, false)) if now >= kill_at => {
+                self.stop = Some((kill_at, true));
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 /// A signal reload that the service must confirm (notify: RELOADING=1 then
 /// READY=1; ready_check: the check passes again).
 #[derive(Debug)]
@@ -1051,22 +1065,10 @@ impl Core {
         let overdue: Vec<Pid> = self
             .stopping
             .iter_mut()
-            .filter_map(|i| match i.stop {
-                Some((at, false)) if now.mono >= at => {
-                    i.stop = Some((at, true));
-                    Some(i.pid)
-                }
-                _ => None,
-            })
+            .filter_map(|i| i.stop_overdue(now.mono).then_some(i.pid))
             .collect();
         for pid in overdue {
-            tracing::warn!(
-                pid = pid.as_raw(),
-                "the service is still running {:?} after {}: sending SIGKILL",
-                self.settings.stop_timeout,
-                self.settings.stop_signal
-            );
-            self.signal_service(pid, Signal::SIGKILL as i32);
+            self.kill_overdue(pid);
         }
         if let Some(r) = &self.reload
             && now.mono >= r.deadline
@@ -1089,17 +1091,8 @@ impl Core {
         }
         match self.phase {
             Phase::Running(mut inst) => {
-                if let Some((kill_at, false)) = inst.stop
-                    && now.mono >= kill_at
-                {
-                    tracing::warn!(
-                        pid = inst.pid.as_raw(),
-                        "the service is still running {:?} after {}: sending SIGKILL",
-                        self.settings.stop_timeout,
-                        self.settings.stop_signal
-                    );
-                    inst.stop = Some((kill_at, true));
-                    self.signal_service(inst.pid, Signal::SIGKILL as i32);
+                if inst.stop_overdue(now.mono) {
+                    self.kill_overdue(inst.pid);
                     self.phase = Phase::Running(inst);
                 } else if !inst.ready
                     && inst.stop.is_none()
@@ -1495,6 +1488,17 @@ impl Core {
             self.signal_service(inst.pid, Signal::SIGCONT as i32);
         }
         inst.stop = Some((now.mono + self.settings.stop_timeout, false));
+    }
+
+    /// SIGKILL for an instance that outlived its stop_timeout.
+    fn kill_overdue(&mut self, pid: Pid) {
+        tracing::warn!(
+            pid = pid.as_raw(),
+            "the service is still running {:?} after {}: sending SIGKILL",
+            self.settings.stop_timeout,
+            self.settings.stop_signal
+        );
+        self.signal_service(pid, Signal::SIGKILL as i32);
     }
 
     fn signal_service(&mut self, pid: Pid, signo: i32) {
