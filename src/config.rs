@@ -157,7 +157,14 @@ pub struct Watch {
     pub recheck: Duration,
     pub action: Action,
     pub debounce: Duration,
+    /// `publish`: the directory that holds the last content that passed the
+    /// check, laid out like a kubelet volume; the service reads it instead
+    /// of the watched paths.
+    pub publish: Option<PathBuf>,
 }
+
+/// What a check's argv writes for the candidate generation's directory.
+pub const CANDIDATE: &str = "{candidate}";
 
 /// What a watch does once a changed config passed its check.
 #[derive(Debug, Clone, PartialEq)]
@@ -215,6 +222,7 @@ struct WatchSpans {
     paths: Range<usize>,
     check: Option<Range<usize>>,
     exec: Option<Range<usize>>,
+    publish: Option<Range<usize>>,
 }
 
 impl Config {
@@ -268,6 +276,7 @@ impl Config {
                 paths: w.paths.span(),
                 check: w.check.as_ref().map(Spanned::span),
                 exec: w.exec.as_ref().map(Spanned::span),
+                publish: w.publish.as_ref().map(Spanned::span),
             });
             let watch = w.into_watch(text)?;
             if let Some(prev) = watches.iter().find(|p: &&Watch| p.name == watch.name) {
@@ -280,6 +289,7 @@ impl Config {
             }
             watches.push(watch);
         }
+        publish_dirs(&watches, &spans, text)?;
         let mut sockets: Vec<SocketSpec> = Vec::with_capacity(raw.socket.len());
         for sock in raw.socket {
             let span = sock.span();
@@ -401,6 +411,9 @@ impl Config {
             )
             .unwrap();
             writeln!(out, "recheck = {}", quote(&format_duration(w.recheck))).unwrap();
+            if let Some(dir) = &w.publish {
+                writeln!(out, "publish = {}", quote(&dir.to_string_lossy())).unwrap();
+            }
             match &w.action {
                 Action::Signal(sig) => {
                     out.push_str("on_change = \"signal\"\n");
@@ -605,6 +618,7 @@ struct RawWatch {
     exec: Option<Spanned<Argv>>,
     http: Option<Spanned<RawHttp>>,
     debounce: Option<Dur>,
+    publish: Option<Spanned<PathBuf>>,
 }
 
 impl RawWatch {
@@ -720,16 +734,89 @@ impl RawWatch {
             Duration::from_secs(1),
             &format!("{label}: `recheck` is 0: a failed check would be run again without pause"),
         )?;
+        let publish = match self.publish {
+            Some(p) if p.get_ref().as_os_str().is_empty() => {
+                return Err(at(
+                    text,
+                    p.span(),
+                    &format!("{label}: `publish` is empty: name the directory the service reads"),
+                ));
+            }
+            Some(p) => Some(p.into_inner()),
+            None => None,
+        };
+        let check = self.check.map(|a| (a.span(), a.into_inner().0));
+        if let Some((span, argv)) = &check
+            && publish.is_none()
+            && argv.iter().any(|a| a.contains(CANDIDATE))
+        {
+            return Err(at(
+                text,
+                span.clone(),
+                &format!(
+                    "{label}: the check names {CANDIDATE}, which exists only with `publish`: \
+                     set `publish`, or check the watched paths"
+                ),
+            ));
+        }
         Ok(Watch {
             name,
             paths,
-            check: self.check.map(|a| a.into_inner().0),
+            check: check.map(|(_, argv)| argv),
             check_timeout,
             recheck,
             action,
             debounce: self.debounce.map_or(Duration::from_millis(100), |d| d.0),
+            publish,
         })
     }
+}
+
+/// Each `publish` directory belongs to one watch and lies outside every
+/// watched path (tend would take its own copies for changes), and no
+/// watched path lies inside one.
+fn publish_dirs(watches: &[Watch], spans: &Spans, text: &str) -> Result<(), String> {
+    for (i, w) in watches.iter().enumerate() {
+        let Some(dir) = &w.publish else { continue };
+        let span = spans.watches[i].publish.clone().unwrap_or_default();
+        for other in watches {
+            if let Some(theirs) = &other.publish
+                && other.name != w.name
+                && (theirs.starts_with(dir) || dir.starts_with(theirs))
+            {
+                return Err(at(
+                    text,
+                    span,
+                    &format!(
+                        "watch {:?}: `publish` {} overlaps the `publish` of watch {:?}: give each \
+                         watch its own directory",
+                        w.name,
+                        dir.display(),
+                        other.name
+                    ),
+                ));
+            }
+            if let Some(p) = other
+                .paths
+                .iter()
+                .find(|p| p.starts_with(dir) || dir.starts_with(p))
+            {
+                return Err(at(
+                    text,
+                    span,
+                    &format!(
+                        "watch {:?}: `publish` {} overlaps the watched path {}: tend would take \
+                         its own copies for changes; publish outside the watched paths (an \
+                         emptyDir such as /run/tend/NAME)",
+                        w.name,
+                        dir.display(),
+                        p.display()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A duration where zero makes no sense: its value or default, or `why`.
@@ -1036,6 +1123,42 @@ debounce = "2m"
         assert!(e.contains("empty") && e.contains("line 2"), "{e}");
         let e = err("[service]\nrestart = \"sometimes\"\n");
         assert!(e.contains("sometimes") && e.contains("on-failure"), "{e}");
+    }
+
+    #[test]
+    fn publish_is_a_directory_of_its_own_outside_every_watched_path() {
+        let w = "[[watch]]\npaths = [\"/etc/app\"]\non_change = \"restart\"\n";
+        let c = Config::parse(&format!(
+            "{w}publish = \"/run/tend/app\"\ncheck = [\"app\", \"-t\", \"{{candidate}}/app.conf\"]\n"
+        ))
+        .unwrap();
+        assert_eq!(c.watches[0].publish, Some(PathBuf::from("/run/tend/app")));
+        assert!(c.describe().contains("\npublish = \"/run/tend/app\"\n"));
+        assert_eq!(Config::parse(w).unwrap().watches[0].publish, None);
+        let e = err(&format!("{w}publish = \"\"\n"));
+        assert!(
+            e.starts_with("line 4") && e.contains("`publish` is empty"),
+            "{e}"
+        );
+        for inside in ["/etc/app/copy", "/etc", "/etc/app"] {
+            let e = err(&format!("{w}publish = \"{inside}\"\n"));
+            assert!(
+                e.starts_with("line 4") && e.contains("overlaps the watched path /etc/app"),
+                "{inside}: {e}"
+            );
+        }
+        let two = format!(
+            "{w}name = \"a\"\npublish = \"/run/tend\"\n{w}name = \"b\"\npublish = \"/run/tend/b\"\n"
+        );
+        let e = err(&two);
+        assert!(e.contains("overlaps the `publish` of watch \"b\""), "{e}");
+        let e = err(&format!(
+            "{w}check = [\"app\", \"{{candidate}}/app.conf\"]\n"
+        ));
+        assert!(
+            e.starts_with("line 4") && e.contains("{candidate}, which exists only with `publish`"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -119,7 +119,10 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             // thread: the sockets take fds 3.. (see sockets.rs).
             let sockets =
                 sockets::bind_all(&config.sockets).map_err(|e| Failure::Usage(e.to_string()))?;
-            supervisor::Supervisor::new(&config, argv, sockets)
+            // Before the service first starts: what it reads is there.
+            let restored = tend::watch::publish::prepare_all(&config.watches, &current_dir()?)
+                .map_err(|e| Failure::Usage(format!("{e:#}")))?;
+            supervisor::Supervisor::new(&config, argv, sockets, restored)
                 .and_then(|s| s.run())
                 .map_err(Failure::Internal)
         }

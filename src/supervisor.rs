@@ -33,7 +33,7 @@ use crate::process::spawn::{self, Output, Spec};
 use crate::signals;
 use crate::sockets::Held;
 use crate::status::ReadinessFiles;
-use crate::watch::Watcher;
+use crate::watch::{Done, Request, Restored, WatchId, Watcher};
 
 pub struct Supervisor {
     core: Core,
@@ -58,7 +58,14 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
-    pub fn new(config: &Config, argv: Vec<String>, sockets: Held) -> anyhow::Result<Supervisor> {
+    /// `restored`: what an earlier tend published, per watch (see
+    /// [`crate::watch::publish::prepare_all`]).
+    pub fn new(
+        config: &Config,
+        argv: Vec<String>,
+        sockets: Held,
+        restored: Vec<Option<Restored>>,
+    ) -> anyhow::Result<Supervisor> {
         let pid1 = nix::unistd::getpid().as_raw() == 1;
         if !pid1 {
             // Orphans of the service come to tend instead of to the real init,
@@ -104,15 +111,22 @@ impl Supervisor {
             overlap: config.service.restart_mode == RestartMode::Overlap,
             ready_when_invalid: config.readiness.invalid_config == InvalidConfig::Ready,
         };
+        let watcher = Watcher::new(
+            &config.watches,
+            &cwd,
+            &own_files(&config.readiness),
+            Instant::now(),
+        )?;
+        let mut core = Core::new(settings, &config.watches);
+        for (i, r) in restored.iter().enumerate() {
+            if let Some(r) = r {
+                core.restore(WatchId(i), &r.generation);
+            }
+        }
         Ok(Supervisor {
-            core: Core::new(settings, &config.watches),
+            core,
             signals,
-            watcher: Watcher::new(
-                &config.watches,
-                &cwd,
-                &own_files(&config.readiness),
-                Instant::now(),
-            )?,
+            watcher,
             readiness,
             jobs: Vec::new(),
             env: config.service.env.clone(),
@@ -151,10 +165,32 @@ impl Supervisor {
         let mut queue = VecDeque::from(commands);
         while let Some(command) = queue.pop_front() {
             let caused = match command {
-                Command::Spawn { token, argv, kind } => Some(Event::Spawned {
+                Command::Spawn {
                     token,
-                    result: self.spawn(&argv, kind),
+                    argv,
+                    kind,
+                    env,
+                } => Some(Event::Spawned {
+                    token,
+                    result: self.spawn(&argv, kind, &env),
                 }),
+                Command::Snapshot { watch, fingerprint } => {
+                    self.watcher.ask(Request::Snapshot(watch, fingerprint));
+                    None
+                }
+                Command::Publish {
+                    watch,
+                    fingerprint,
+                    candidate,
+                } => {
+                    self.watcher
+                        .ask(Request::Publish(watch, fingerprint, candidate));
+                    None
+                }
+                Command::Discard { watch, candidate } => {
+                    self.watcher.ask(Request::Discard(watch, candidate));
+                    None
+                }
                 Command::Forward {
                     pid,
                     group,
@@ -196,7 +232,12 @@ impl Supervisor {
         None
     }
 
-    fn spawn(&mut self, argv: &[String], kind: SpawnKind) -> Result<Pid, SpawnFailure> {
+    fn spawn(
+        &mut self,
+        argv: &[String],
+        kind: SpawnKind,
+        extra_env: &[(String, String)],
+    ) -> Result<Pid, SpawnFailure> {
         let started = match kind {
             SpawnKind::Service => {
                 let env = self.service_variables()?;
@@ -210,11 +251,12 @@ impl Supervisor {
                     extra_env: &self.service_env,
                 })
             }
-            SpawnKind::Job => Job::start(argv, &self.env, self.working_dir.as_deref()).map(|job| {
-                let pid = job.pid();
-                self.jobs.push(job);
-                pid
-            }),
+            SpawnKind::Job => Job::start(argv, &self.env, extra_env, self.working_dir.as_deref())
+                .map(|job| {
+                    let pid = job.pid();
+                    self.jobs.push(job);
+                    pid
+                }),
         };
         started.map_err(|e| SpawnFailure {
             message: e.to_string(),
@@ -323,7 +365,8 @@ impl Supervisor {
             }
         }
         self.readiness.retry(now);
-        for r in self.watcher.pump(&watcher) {
+        let (scans, done) = self.watcher.pump(&watcher);
+        for r in scans {
             events.push_back(Event::Content(Content {
                 watch: r.watch,
                 fingerprint: r.fingerprint,
@@ -332,6 +375,26 @@ impl Supervisor {
                 missing: r.missing,
             }));
         }
+        events.extend(done.into_iter().map(|d| match d {
+            Done::Snapshot {
+                watch,
+                fingerprint,
+                result,
+            } => Event::Snapshot {
+                watch,
+                fingerprint,
+                result,
+            },
+            Done::Published {
+                watch,
+                fingerprint,
+                result,
+            } => Event::Published {
+                watch,
+                fingerprint,
+                result,
+            },
+        }));
         Ok(())
     }
 

@@ -15,6 +15,22 @@ pub fn rfc3339_micros(t: SystemTime) -> String {
     format!("{}.{:06}Z", seconds(d.as_secs()), d.subsec_micros())
 }
 
+/// `2026_11_21_10_00_00.123456789`, as the kubelet names the generations
+/// of a volume (the `publish` directory's too).
+pub fn generation_stamp(t: SystemTime) -> String {
+    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, day) = civil_from_days(days as i64);
+    format!(
+        "{y:04}_{m:02}_{day:02}_{:02}_{:02}_{:02}.{:09}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_nanos()
+    )
+}
+
 fn seconds(secs: u64) -> String {
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let (y, m, day) = civil_from_days(days as i64);

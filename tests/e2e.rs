@@ -195,9 +195,10 @@ fn a_program_that_cannot_reload_is_restarted_on_the_new_config() {
         &example("restart", "supervisor.toml"),
         &[
             ("/app/server.py", &path(server)),
-            ("/etc/app/app.conf", &path(vol.join("app.conf"))),
             ("/etc/app\"", &format!("{}\"", path(vol.clone()))),
             ("/etc/app-secrets", &path(secrets.clone())),
+            ("/run/tend/app", &path(sb.path("published/app"))),
+            ("/run/tend/secrets", &path(sb.path("published/secrets"))),
             ("/run/tend/ready", &path(sb.path("ready"))),
             ("/run/tend/status.json", &path(sb.path("status.json"))),
         ],
@@ -287,6 +288,22 @@ fn a_program_that_cannot_reload_is_restarted_on_the_new_config() {
         6
     );
     assert!(!err.contains("token-"), "a value in tend's log:\n{err}");
+
+    // A bad edit, then the program crashes: it comes back on the last good
+    // config, which it reads from the published copy.
+    project(&vol, &[("app.conf", &conf(""))]);
+    sb.wait_state("invalid_config", secs(10.0));
+    let mut tend = tend;
+    let program = svc::host_pid_of(&mut tend, "server.py");
+    svc::kill_pid(program, Signal::SIGKILL);
+    wait_for(
+        "the program back on the last good config",
+        secs(10.0),
+        || (get(port).ok()? == "v5").then_some(()),
+    );
+    assert_eq!(private("token-2").as_deref(), Ok("private"));
+    let status = sb.wait_state("invalid_config", secs(5.0));
+    assert_eq!(status["service"]["restarts"], 7, "{status}");
 }
 
 /// A self-signed certificate and key for `cn`, as PEM text.

@@ -90,8 +90,13 @@ fn every_manifest_probes_with_tend_mounts_whole_volumes_and_outlasts_stop_timeou
             grace > 2 * stop + 2,
             "{name}: terminationGracePeriodSeconds {grace} must exceed twice stop_timeout {stop}s, plus 2"
         );
-        // Every watched path and env_from path is a volume the manifest mounts.
+        // Every watched path and env_from path is a volume the manifest
+        // mounts, or (env_from) a watch's published copy of one.
         let config = tend_config(&dir.join("supervisor.toml"));
+        let published: Vec<&str> = config
+            .lines()
+            .filter_map(|l| Some(l.strip_prefix("publish = ")?.trim_matches('"')))
+            .collect();
         let lists = config
             .lines()
             .filter_map(|l| l.strip_prefix("paths = ").or(l.strip_prefix("env_from = ")));
@@ -99,7 +104,7 @@ fn every_manifest_probes_with_tend_mounts_whole_volumes_and_outlasts_stop_timeou
             for p in path.trim_matches(|c| c == '[' || c == ']').split(", ") {
                 let p = p.trim_matches('"');
                 assert!(
-                    manifest.contains(&format!("mountPath: {p}")),
+                    manifest.contains(&format!("mountPath: {p}")) || published.contains(&p),
                     "{name}: {p} is not mounted"
                 );
             }
@@ -427,12 +432,14 @@ fn every_manifest_runs_as_non_root_on_a_read_only_root_and_mounts_where_it_write
         assert_ne!(number_after(&manifest, "runAsUser:"), 0, "{name}");
         let writable = writable(&manifest);
         let is_writable = |path: &str| writable.iter().any(|w| Path::new(path).starts_with(w));
-        // tend's readiness and status files, and its notify socket.
+        // tend's readiness and status files, its published copies, and its
+        // notify socket.
         let config = tend_config(&dir.join("supervisor.toml"));
         for line in config.lines() {
             if let Some(file) = line
                 .strip_prefix("file = ")
                 .or(line.strip_prefix("status_file = "))
+                .or(line.strip_prefix("publish = "))
             {
                 let file = file.trim_matches('"');
                 assert!(is_writable(file), "{name}: {file} is not writable");

@@ -51,7 +51,7 @@ use crate::config::{self, Action, Restart};
 use crate::process::ExitStatus;
 use crate::signals::{self, Role};
 use crate::status::{ServiceStatus, State, Status, WatchStatus};
-use crate::watch::{Fingerprint, WatchId};
+use crate::watch::{Fingerprint, SnapshotError, WatchId};
 use pipeline::{Batch, Observed, Pipeline, Verdict};
 
 /// The first delay before a restart after the service exited on its own.
@@ -96,6 +96,18 @@ pub enum Event {
     Notify {
         chain: Vec<Pid>,
         message: Notification,
+    },
+    /// The result of a [`Command::Snapshot`]: the candidate's directory.
+    Snapshot {
+        watch: WatchId,
+        fingerprint: Fingerprint,
+        result: Result<PathBuf, SnapshotError>,
+    },
+    /// The result of a [`Command::Publish`].
+    Published {
+        watch: WatchId,
+        fingerprint: Fingerprint,
+        result: Result<(), String>,
     },
 }
 
@@ -163,7 +175,25 @@ pub enum Command {
         token: u64,
         argv: Vec<String>,
         kind: SpawnKind,
+        /// Set on top of the environment (`TEND_CANDIDATE` for a check).
+        env: Vec<(String, String)>,
     },
+    /// Copy watch `watch` into a candidate generation of its `publish`
+    /// directory, if its content still has this fingerprint; answered by
+    /// [`Event::Snapshot`].
+    Snapshot {
+        watch: WatchId,
+        fingerprint: Fingerprint,
+    },
+    /// Make this candidate the published generation; answered by
+    /// [`Event::Published`].
+    Publish {
+        watch: WatchId,
+        fingerprint: Fingerprint,
+        candidate: PathBuf,
+    },
+    /// Remove a candidate that will not be published.
+    Discard { watch: WatchId, candidate: PathBuf },
     /// Pass on a signal that tend received (the shell logs it after sending).
     Forward {
         pid: Pid,
@@ -386,6 +416,18 @@ impl Core {
         }
     }
 
+    /// An earlier tend published `generation` for watch `id`: the service
+    /// may start on it while the watch's newest content is rejected. Called
+    /// before the first event.
+    pub fn restore(&mut self, id: WatchId, generation: &str) {
+        tracing::info!(
+            watch = self.pipeline.name(id),
+            generation,
+            "found the generation published before: the service can start on it"
+        );
+        self.pipeline.restore(id);
+    }
+
     /// Takes one event and returns what to do about it, in order.
     pub fn handle(&mut self, now: Now, event: Event) -> Vec<Command> {
         match event {
@@ -405,6 +447,16 @@ impl Core {
             Event::Spawned { token, result } => self.on_spawned(token, result, now),
             Event::Content(c) => self.on_content(c, now),
             Event::Notify { chain, message } => self.on_notify(&chain, message, now),
+            Event::Snapshot {
+                watch,
+                fingerprint,
+                result,
+            } => self.on_snapshot(watch, fingerprint, result, now),
+            Event::Published {
+                watch,
+                fingerprint,
+                result,
+            } => self.on_published(watch, fingerprint, result, now),
         }
         self.on_time(now);
         self.advance(now);
@@ -802,10 +854,24 @@ impl Core {
     ) {
         let name = self.pipeline.name(id).to_string();
         let tail = crate::text::for_log(&output);
-        match self
+        let verdict = self
             .pipeline
-            .check_finished(id, fp, passed, output, now.mono)
-        {
+            .check_finished(id, fp, passed, output, now.mono);
+        if let Some(candidate) = self.pipeline.take_candidate(id) {
+            self.out.push(if verdict == Verdict::Passed {
+                Command::Publish {
+                    watch: id,
+                    fingerprint: fp,
+                    candidate,
+                }
+            } else {
+                Command::Discard {
+                    watch: id,
+                    candidate,
+                }
+            });
+        }
+        match verdict {
             Verdict::Stale => tracing::info!(
                 watch = name,
                 "check result dropped: the config changed while it ran; checking again"
@@ -878,10 +944,25 @@ impl Core {
     // ------------------------------------------------------------ spawning
 
     fn spawn(&mut self, argv: Vec<String>, kind: SpawnKind, what: Pending) {
+        self.spawn_with(argv, Vec::new(), kind, what);
+    }
+
+    fn spawn_with(
+        &mut self,
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        kind: SpawnKind,
+        what: Pending,
+    ) {
         let token = self.next_token;
         self.next_token += 1;
         self.pending.insert(token, what);
-        self.out.push(Command::Spawn { token, argv, kind });
+        self.out.push(Command::Spawn {
+            token,
+            argv,
+            kind,
+            env,
+        });
     }
 
     fn pending_service(&self) -> Option<u64> {
@@ -1199,7 +1280,7 @@ impl Core {
             );
         }
         match self.phase {
-            Phase::Starting | Phase::WaitingForConfig if self.pipeline.all_passed() => {
+            Phase::Starting | Phase::WaitingForConfig if self.pipeline.startable() => {
                 self.start_service();
             }
             Phase::Running(i) if i.stop.is_none() && self.reload.is_none() => {
@@ -1212,6 +1293,15 @@ impl Core {
     }
 
     fn start_check(&mut self, id: WatchId, fp: Fingerprint, now: Now) {
+        if self.pipeline.publishes(id) {
+            // The check runs on a copy: the content it checks is the
+            // content that is published.
+            self.out.push(Command::Snapshot {
+                watch: id,
+                fingerprint: fp,
+            });
+            return;
+        }
         let w = &self.watches[id.0];
         match &w.check {
             None => {
@@ -1224,6 +1314,87 @@ impl Core {
                     argv,
                     SpawnKind::Job,
                     Pending::Job(JobRole::Check(id, fp), timeout),
+                );
+            }
+        }
+    }
+
+    /// The candidate copy of `fp` is made (or not): check it.
+    fn on_snapshot(
+        &mut self,
+        id: WatchId,
+        fp: Fingerprint,
+        result: Result<PathBuf, SnapshotError>,
+        now: Now,
+    ) {
+        let name = self.pipeline.name(id).to_string();
+        let wanted = self.pipeline_runs() && self.pipeline.is_checking(id, fp);
+        let candidate = match result {
+            Ok(candidate) if wanted => candidate,
+            Ok(candidate) => {
+                self.out.push(Command::Discard {
+                    watch: id,
+                    candidate,
+                });
+                return;
+            }
+            Err(_) if !wanted => return,
+            Err(SnapshotError::Changed) => {
+                tracing::debug!(
+                    watch = name,
+                    "the config changed while it was copied: copying the newer one"
+                );
+                self.pipeline.snapshot_changed(id, fp, now.mono);
+                return;
+            }
+            Err(SnapshotError::Failed(why)) => {
+                let again = self.pipeline.fault(id, fp, why.clone(), now.mono);
+                tracing::error!(
+                    watch = name,
+                    "cannot copy the new config for publishing: {why}; trying again in {again:?}"
+                );
+                return;
+            }
+        };
+        tracing::debug!(watch = name, candidate = %candidate.display(), "copied the new config");
+        self.pipeline.set_candidate(id, candidate.clone());
+        let w = &self.watches[id.0];
+        match &w.check {
+            None => {
+                self.on_check_result(id, fp, true, "", Duration::ZERO, String::new(), now);
+            }
+            Some(argv) => {
+                let dir = candidate.to_string_lossy().into_owned();
+                let argv = argv
+                    .iter()
+                    .map(|a| a.replace(config::CANDIDATE, &dir))
+                    .collect();
+                let timeout = w.check_timeout;
+                self.spawn_with(
+                    argv,
+                    vec![("TEND_CANDIDATE".to_string(), dir)],
+                    SpawnKind::Job,
+                    Pending::Job(JobRole::Check(id, fp), timeout),
+                );
+            }
+        }
+    }
+
+    /// The candidate of `fp` is published (or not): its action follows.
+    fn on_published(&mut self, id: WatchId, fp: Fingerprint, result: Result<(), String>, now: Now) {
+        let name = self.pipeline.name(id).to_string();
+        match result {
+            Ok(()) if self.pipeline.published(id, fp) => tracing::info!(
+                watch = name,
+                fingerprint = fp.short(),
+                "published the new config"
+            ),
+            Ok(()) => {}
+            Err(why) => {
+                let again = self.pipeline.fault(id, fp, why.clone(), now.mono);
+                tracing::error!(
+                    watch = name,
+                    "cannot publish the new config: {why}; trying again in {again:?}"
                 );
             }
         }

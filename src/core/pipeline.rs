@@ -15,9 +15,19 @@
 //!   [`RECHECK_MAX`], until it passes or the content changes: a check that
 //!   failed for a transient reason must not keep a pod down for good.
 //! - A failed `exec` action is retried with a growing back-off.
-//! - The service may (re)start only when the newest content of every watch
-//!   passed its check ([`Pipeline::all_passed`]).
+//! - The service may (re)start only when it would read checked content
+//!   ([`Pipeline::startable`]): the newest content of every watch passed its
+//!   check, or, for a watch with `publish`, the published copy (which only
+//!   ever holds content that passed) once the newest content's check is
+//!   decided.
+//!
+//! `publish`: the check runs on a candidate copy, and a passing candidate is
+//! published before the action ([`Stage::Publishing`]); only then has the
+//! content passed. A failed snapshot or publication is a fault of tend's
+//! environment (a full disk), reported as action_failed and tried again
+//! with the recheck back-off.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::signal::Signal;
@@ -40,6 +50,8 @@ enum Stage {
     /// The newest content waits for its check.
     NeedsCheck,
     Checking(Fingerprint),
+    /// Passed its check on a candidate copy, which is being published.
+    Publishing(Fingerprint),
     /// Passed its check; its action waits for the next batch.
     Valid(Fingerprint),
     Acting(Fingerprint),
@@ -49,11 +61,25 @@ enum Stage {
     RecheckAt(Fingerprint, Instant),
 }
 
+/// What a `publish` directory holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Published {
+    /// A generation an earlier tend published (it passed its check then).
+    Earlier,
+    /// This content, published by this tend.
+    Now(Fingerprint),
+}
+
 /// One watch's part of the pipeline.
 struct Entry {
     name: String,
     action: Action,
     recheck: Duration,
+    /// The watch has a `publish` directory.
+    publish: bool,
+    published: Option<Published>,
+    /// The candidate copy being checked or published.
+    candidate: Option<PathBuf>,
     /// The newest content seen.
     seen: Option<Fingerprint>,
     /// The newest content that passed its check.
@@ -116,6 +142,27 @@ pub struct Pipeline {
     entries: Vec<Entry>,
 }
 
+/// A snapshot that found the content changed is made again after this,
+/// should the newer content's scan not come.
+const SNAPSHOT_AGAIN: Duration = Duration::from_millis(250);
+
+impl Entry {
+    fn startable(&self) -> bool {
+        let passed = self.seen.is_some() && self.passed == self.seen;
+        if !self.publish {
+            return passed;
+        }
+        // The published copy is what the service reads; but while the
+        // newest content is still being decided it may become the copy.
+        let decided = passed
+            || matches!(
+                self.result,
+                WatchResult::Invalid | WatchResult::ActionFailed
+            );
+        self.published.is_some() && decided
+    }
+}
+
 impl Pipeline {
     pub fn new(watches: &[config::Watch]) -> Pipeline {
         Pipeline {
@@ -125,6 +172,9 @@ impl Pipeline {
                     name: w.name.clone(),
                     action: w.action.clone(),
                     recheck: w.recheck,
+                    publish: w.publish.is_some(),
+                    published: None,
+                    candidate: None,
                     seen: None,
                     passed: None,
                     stage: Stage::Idle,
@@ -151,6 +201,75 @@ impl Pipeline {
         &self.entries[id.0].name
     }
 
+    /// An earlier tend published a generation for watch `id`.
+    pub fn restore(&mut self, id: WatchId) {
+        self.entry(id).published = Some(Published::Earlier);
+    }
+
+    pub fn publishes(&self, id: WatchId) -> bool {
+        self.entries[id.0].publish
+    }
+
+    /// Whether the check of `fp` for watch `id` is still wanted.
+    pub fn is_checking(&self, id: WatchId, fp: Fingerprint) -> bool {
+        self.entries[id.0].stage == Stage::Checking(fp)
+    }
+
+    pub fn set_candidate(&mut self, id: WatchId, candidate: PathBuf) {
+        self.entry(id).candidate = Some(candidate);
+    }
+
+    pub fn take_candidate(&mut self, id: WatchId) -> Option<PathBuf> {
+        self.entry(id).candidate.take()
+    }
+
+    /// The snapshot of `fp` found newer content: that content's scan
+    /// arrives with it and is checked next; should it not (the content
+    /// changed back), the snapshot is made again a moment later.
+    pub fn snapshot_changed(&mut self, id: WatchId, fp: Fingerprint, now: Instant) {
+        let e = self.entry(id);
+        if e.stage == Stage::Checking(fp) {
+            e.stage = if e.seen == Some(fp) {
+                Stage::RecheckAt(fp, now + SNAPSHOT_AGAIN)
+            } else {
+                Stage::NeedsCheck
+            };
+        }
+    }
+
+    /// Snapshotting or publishing `fp` failed for a reason of tend's own
+    /// (`why`: a full disk, permissions): the watch's action failed, and the
+    /// whole step is tried again after the recheck back-off. Returns when.
+    pub fn fault(&mut self, id: WatchId, fp: Fingerprint, why: String, now: Instant) -> Duration {
+        let e = self.entry(id);
+        let again_in = e.recheck_delay;
+        e.check_output = why;
+        e.good = false;
+        if e.seen == Some(fp) {
+            e.result = WatchResult::ActionFailed;
+            e.recheck_delay = (e.recheck_delay * 2).min(RECHECK_MAX.max(e.recheck));
+            e.stage = Stage::RecheckAt(fp, now + again_in);
+        } else {
+            e.stage = Stage::NeedsCheck;
+        }
+        again_in
+    }
+
+    /// The candidate of `fp` is the published generation now; true when
+    /// that was still wanted (it was).
+    pub fn published(&mut self, id: WatchId, fp: Fingerprint) -> bool {
+        let e = self.entry(id);
+        if e.stage != Stage::Publishing(fp) {
+            return false;
+        }
+        e.published = Some(Published::Now(fp));
+        e.passed = Some(fp);
+        // The service is told even if newer content arrived meanwhile: the
+        // copy it reads changed. The newer content is checked after.
+        e.stage = Stage::Valid(fp);
+        true
+    }
+
     /// Records the newest content of a watch.
     pub fn observe(&mut self, id: WatchId, fp: Fingerprint, at: SystemTime) -> Observed {
         let e = self.entry(id);
@@ -164,7 +283,7 @@ impl Pipeline {
         e.recheck_delay = e.recheck;
         match e.stage {
             // Picked up when the running check or action finishes.
-            Stage::Checking(_) | Stage::Acting(_) => {}
+            Stage::Checking(_) | Stage::Publishing(_) | Stage::Acting(_) => {}
             Stage::Idle
             | Stage::NeedsCheck
             | Stage::Valid(_)
@@ -209,9 +328,13 @@ impl Pipeline {
             return Verdict::Stale;
         }
         if passed {
-            e.passed = Some(fp);
-            e.stage = Stage::Valid(fp);
             e.recheck_delay = e.recheck;
+            if e.publish {
+                e.stage = Stage::Publishing(fp);
+            } else {
+                e.passed = Some(fp);
+                e.stage = Stage::Valid(fp);
+            }
             Verdict::Passed
         } else {
             let recheck_in = e.recheck_delay;
@@ -240,34 +363,43 @@ impl Pipeline {
     /// Whether a check is waiting or running: actions wait for it, so that
     /// watches changing together are applied together.
     pub fn checking(&self) -> bool {
-        self.entries
-            .iter()
-            .any(|e| matches!(e.stage, Stage::NeedsCheck | Stage::Checking(_)))
+        self.entries.iter().any(|e| {
+            matches!(
+                e.stage,
+                Stage::NeedsCheck | Stage::Checking(_) | Stage::Publishing(_)
+            )
+        })
     }
 
-    /// Whether the newest content of every watch passed its check: only then
-    /// may the service (re)start, since a fresh process reads all of it.
-    pub fn all_passed(&self) -> bool {
-        self.entries
-            .iter()
-            .all(|e| e.seen.is_some() && e.passed == e.seen)
+    /// Whether a fresh service process would read only checked content:
+    /// only then may the service (re)start.
+    pub fn startable(&self) -> bool {
+        self.entries.iter().all(Entry::startable)
     }
 
-    /// The first watch whose newest content has not passed its check.
+    /// The first watch that keeps the service from starting.
     pub fn first_unpassed(&self) -> Option<(&str, WatchResult)> {
         self.entries
             .iter()
-            .find(|e| e.seen.is_none() || e.passed != e.seen)
+            .find(|e| !e.startable())
             .map(|e| (e.name.as_str(), e.result))
     }
 
-    /// The service started: it reads every watch's newest content, which
-    /// passed its check ([`Pipeline::all_passed`]), so every pending action
-    /// is done.
+    /// The service started: it reads every watch's newest content that
+    /// passed its check (the published copy, with `publish`), so every
+    /// pending action for that content is done.
     pub fn started(&mut self) {
         for e in &mut self.entries {
+            let read = if e.publish {
+                match e.published {
+                    Some(Published::Now(fp)) => Some(fp),
+                    _ => None,
+                }
+            } else {
+                e.seen
+            };
             if let Stage::Valid(fp) | Stage::Acting(fp) | Stage::RetryAt(fp, _) = e.stage
-                && e.seen == Some(fp)
+                && read == Some(fp)
             {
                 e.stage = Stage::Idle;
                 e.retry_delay = RETRY_INITIAL;

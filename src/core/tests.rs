@@ -1,6 +1,7 @@
 //! The core's transitions, against a fake clock and fake processes: every
 //! test runs in microseconds, without root, and says what tend does.
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::signal::Signal;
@@ -25,6 +26,8 @@ struct Fake {
     fail_next_spawn: Option<i32>,
     /// Every process spawned: pid, argv, kind.
     spawned: Vec<(Pid, Vec<String>, SpawnKind)>,
+    /// The extra environment of each, in the same order.
+    envs: Vec<Vec<(String, String)>>,
 }
 
 impl Fake {
@@ -60,6 +63,7 @@ impl Fake {
             next_pid: 100,
             fail_next_spawn: None,
             spawned: Vec::new(),
+            envs: Vec::new(),
         }
     }
 
@@ -77,7 +81,13 @@ impl Fake {
         let mut queue = std::collections::VecDeque::from([event]);
         while let Some(ev) = queue.pop_front() {
             for c in self.core.handle(self.now(), ev) {
-                if let Command::Spawn { token, argv, kind } = &c {
+                if let Command::Spawn {
+                    token,
+                    argv,
+                    kind,
+                    env,
+                } = &c
+                {
                     let result = match self.fail_next_spawn.take() {
                         Some(code) => Err(SpawnFailure {
                             message: format!("cannot run {:?}", argv[0]),
@@ -87,6 +97,7 @@ impl Fake {
                             self.next_pid += 1;
                             let pid = Pid::from_raw(self.next_pid);
                             self.spawned.push((pid, argv.clone(), *kind));
+                            self.envs.push(env.clone());
                             Ok(pid)
                         }
                     };
@@ -309,7 +320,8 @@ fn the_first_start_failing_exits_with_the_shells_status_whatever_the_policy() {
             Command::Spawn {
                 token: 1,
                 argv: vec![SVC.into()],
-                kind: SpawnKind::Service
+                kind: SpawnKind::Service,
+                env: Vec::new(),
             },
             Command::Reap
         ]
@@ -1107,4 +1119,209 @@ fn with_invalid_config_ready_a_rejected_change_keeps_tend_ready() {
     f.content(0, 0);
     f.exit(f.job("check"), FAIL);
     assert_eq!(f.state(), (State::InvalidConfig, false));
+}
+
+// ---------------------------------------------------------------- publish
+
+const PUBLISHED: &str = "[service]\nrestart = \"on-failure\"\n[[watch]]\nname = \"app\"\npaths = [\"/a\"]\n\
+                         publish = \"/pub\"\ncheck = [\"check\", \"{candidate}/app.conf\"]\non_change = \"signal\"\n";
+
+fn snapshot_asked(commands: &[Command]) -> Option<Fingerprint> {
+    commands.iter().find_map(|c| match c {
+        Command::Snapshot { fingerprint, .. } => Some(*fingerprint),
+        _ => None,
+    })
+}
+
+fn published(commands: &[Command]) -> Option<PathBuf> {
+    commands.iter().find_map(|c| match c {
+        Command::Publish { candidate, .. } => Some(candidate.clone()),
+        _ => None,
+    })
+}
+
+fn discarded(commands: &[Command]) -> Option<PathBuf> {
+    commands.iter().find_map(|c| match c {
+        Command::Discard { candidate, .. } => Some(candidate.clone()),
+        _ => None,
+    })
+}
+
+impl Fake {
+    fn snapshot(&mut self, n: u8, result: Result<&str, SnapshotError>) -> Vec<Command> {
+        self.send(Event::Snapshot {
+            watch: WatchId(0),
+            fingerprint: test_fingerprint(n),
+            result: result.map(PathBuf::from),
+        })
+    }
+
+    fn publication(&mut self, n: u8, result: Result<(), &str>) -> Vec<Command> {
+        self.send(Event::Published {
+            watch: WatchId(0),
+            fingerprint: test_fingerprint(n),
+            result: result.map_err(String::from),
+        })
+    }
+
+    /// Content `n` arrives, is copied to `candidate`, and its check ends
+    /// with `status`; returns the commands after the check.
+    fn candidate(&mut self, n: u8, candidate: &str, status: ExitStatus) -> Vec<Command> {
+        assert_eq!(
+            snapshot_asked(&self.content(0, n)),
+            Some(test_fingerprint(n))
+        );
+        self.snapshot(n, Ok(candidate));
+        let check = self.job("check");
+        assert_eq!(
+            self.spawned.last().unwrap().1,
+            ["check", &format!("{candidate}/app.conf")],
+            "{{candidate}} is the candidate's directory"
+        );
+        assert_eq!(
+            self.envs.last().unwrap(),
+            &[("TEND_CANDIDATE".to_string(), candidate.to_string())]
+        );
+        self.exit(check, status)
+    }
+
+    /// Started on published content 1.
+    fn publishing() -> Fake {
+        let mut f = Fake::new(PUBLISHED);
+        f.tick();
+        let c = f.candidate(1, "/pub/..g1", OK);
+        assert_eq!(published(&c).as_deref(), Some(Path::new("/pub/..g1")));
+        assert!(
+            f.services().is_empty(),
+            "the service waits for the publication"
+        );
+        f.publication(1, Ok(()));
+        assert_eq!(f.services().len(), 1, "started on the published copy");
+        assert_eq!(f.state(), (State::Ready, true));
+        assert_eq!(f.result(0), WatchResult::Applied);
+        f
+    }
+}
+
+#[test]
+fn a_publishing_watch_checks_a_copy_and_publishes_it_before_its_action() {
+    let mut f = Fake::publishing();
+    let svc = f.service();
+    let c = f.candidate(2, "/pub/..g2", FAIL);
+    assert_eq!(discarded(&c).as_deref(), Some(Path::new("/pub/..g2")));
+    assert!(published(&c).is_none() && signalled(&c, svc).is_empty());
+    assert_eq!(f.state(), (State::InvalidConfig, false));
+    let c = f.candidate(3, "/pub/..g3", OK);
+    assert!(signalled(&c, svc).is_empty(), "not before it is published");
+    assert_eq!(published(&c).as_deref(), Some(Path::new("/pub/..g3")));
+    let c = f.publication(3, Ok(()));
+    assert_eq!(signalled(&c, svc), [Signal::SIGHUP as i32]);
+    assert_eq!(f.state(), (State::Ready, true));
+}
+
+#[test]
+fn with_publish_a_crash_during_an_invalid_config_restarts_on_the_published_copy() {
+    let mut f = Fake::publishing();
+    f.candidate(2, "/pub/..g2", FAIL);
+    f.exit(f.service(), ExitStatus::Signal(KILL));
+    assert_eq!(spawns(&f.at_deadline()), [SpawnKind::Service]);
+    assert_eq!(f.services().len(), 2, "restarted on the last good copy");
+    assert_eq!(f.state(), (State::InvalidConfig, false));
+    assert_eq!(f.result(0), WatchResult::Invalid);
+}
+
+#[test]
+fn a_generation_published_before_starts_the_service_once_the_mount_is_rejected() {
+    let mut f = Fake::new(PUBLISHED);
+    f.core.restore(WatchId(0), "..g0");
+    f.tick();
+    let c = f.candidate(1, "/pub/..g1", FAIL);
+    assert_eq!(
+        spawns(&c),
+        [SpawnKind::Service],
+        "started on the earlier copy"
+    );
+    assert_eq!(f.state(), (State::InvalidConfig, false));
+    let c = f.candidate(2, "/pub/..g2", OK);
+    assert!(published(&c).is_some());
+    let c = f.publication(2, Ok(()));
+    assert_eq!(signalled(&c, f.service()), [Signal::SIGHUP as i32]);
+    assert_eq!(f.state(), (State::Ready, true));
+
+    // Without one, a rejected mount keeps the service down.
+    let mut f = Fake::new(PUBLISHED);
+    f.tick();
+    f.candidate(1, "/pub/..g1", FAIL);
+    assert!(f.services().is_empty());
+}
+
+#[test]
+fn a_generation_published_before_waits_for_the_mounts_verdict() {
+    let mut f = Fake::new(PUBLISHED);
+    f.core.restore(WatchId(0), "..g0");
+    f.tick();
+    let c = f.candidate(1, "/pub/..g1", OK);
+    assert!(spawns(&c).is_empty(), "a valid mount is published first");
+    f.publication(1, Ok(()));
+    assert_eq!(f.services().len(), 1);
+    assert_eq!(f.state(), (State::Ready, true));
+}
+
+#[test]
+fn a_copy_that_found_newer_content_is_made_again_for_it() {
+    let mut f = Fake::publishing();
+    f.content(0, 2);
+    let c = f.content(0, 3);
+    assert_eq!(snapshot_asked(&c), None, "one copy at a time");
+    let c = f.snapshot(2, Err(SnapshotError::Changed));
+    assert_eq!(snapshot_asked(&c), Some(test_fingerprint(3)));
+    // Content that changed back: copied again a moment later.
+    let c = f.snapshot(3, Err(SnapshotError::Changed));
+    assert_eq!(snapshot_asked(&c), None);
+    assert_eq!(snapshot_asked(&f.at_deadline()), Some(test_fingerprint(3)));
+}
+
+#[test]
+fn a_copy_or_publication_that_fails_is_an_action_failure_tried_again() {
+    let mut f = Fake::publishing();
+    let svc = f.service();
+    f.content(0, 2);
+    f.snapshot(
+        2,
+        Err(SnapshotError::Failed("No space left on device".into())),
+    );
+    assert_eq!(f.result(0), WatchResult::ActionFailed);
+    assert!(
+        f.core.status().watches[0]
+            .check_output
+            .contains("No space left")
+    );
+    assert_eq!(snapshot_asked(&f.at_deadline()), Some(test_fingerprint(2)));
+    f.snapshot(2, Ok("/pub/..g2"));
+    let c = f.exit(f.job("check"), OK);
+    assert!(published(&c).is_some());
+    let c = f.publication(
+        2,
+        Err("cannot rename over /pub/..data: Read-only file system"),
+    );
+    assert!(signalled(&c, svc).is_empty());
+    assert_eq!(f.result(0), WatchResult::ActionFailed);
+    assert_eq!(snapshot_asked(&f.at_deadline()), Some(test_fingerprint(2)));
+}
+
+#[test]
+fn a_candidate_whose_check_result_came_too_late_is_discarded() {
+    let mut f = Fake::publishing();
+    f.content(0, 2);
+    f.snapshot(2, Ok("/pub/..g2"));
+    let check = f.job("check");
+    f.content(0, 3);
+    let c = f.exit(check, OK);
+    assert_eq!(discarded(&c).as_deref(), Some(Path::new("/pub/..g2")));
+    assert!(published(&c).is_none());
+    assert_eq!(snapshot_asked(&c), Some(test_fingerprint(3)));
+    // A snapshot answered after tend began to stop is removed.
+    f.signal(TERM);
+    let c = f.snapshot(3, Ok("/pub/..g3"));
+    assert_eq!(discarded(&c).as_deref(), Some(Path::new("/pub/..g3")));
 }

@@ -31,6 +31,7 @@ impl Job {
     pub fn start(
         argv: &[String],
         env: &BTreeMap<String, String>,
+        extra_env: &[(String, String)],
         working_dir: Option<&Path>,
     ) -> Result<Job, SpawnError> {
         let other = |e: Errno| SpawnError::Other {
@@ -46,7 +47,7 @@ impl Job {
             take_terminal: false,
             output: Output::Pipe(write),
             sockets: None,
-            extra_env: &[],
+            extra_env,
         })?;
         Ok(Job {
             pid,

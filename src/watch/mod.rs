@@ -41,6 +41,7 @@
 //! thread on another CPU costs tens of microseconds of reload latency.
 
 mod books;
+pub mod publish;
 pub mod scan;
 mod thread;
 
@@ -51,8 +52,10 @@ use std::time::{Duration, Instant};
 use nix::poll::PollFlags;
 
 use books::Scanned;
+pub use publish::Restored;
 pub use scan::Fingerprint;
 use scan::OwnFiles;
+pub use thread::{Done, Request, SnapshotError};
 use thread::{Handle, Taken};
 
 use crate::config;
@@ -114,6 +117,14 @@ impl Watcher {
         })
     }
 
+    /// Asks the thread for a snapshot, a publication or a removal in a
+    /// `publish` directory; the result comes from [`Watcher::pump`].
+    pub fn ask(&self, request: Request) {
+        if let Some(thread) = &self.thread {
+            thread.ask(request);
+        }
+    }
+
     /// What the loop polls for the watcher (nothing without watches).
     pub fn poll_fds(&self) -> Vec<(BorrowedFd<'_>, PollFlags)> {
         self.thread
@@ -124,26 +135,30 @@ impl Watcher {
 
     /// Called after every `ppoll` return: `ready[i]` says whether
     /// `poll_fds()[i]` had revents (missing: false). Returns the scans
-    /// completed since the last call, the newest of each watch. Never
-    /// blocks.
-    pub fn pump(&mut self, ready: &[bool]) -> Vec<Report> {
+    /// completed since the last call, the newest of each watch, then the
+    /// results of requests (a snapshot's own scan comes before its
+    /// result). Never blocks.
+    pub fn pump(&mut self, ready: &[bool]) -> (Vec<Report>, Vec<Done>) {
         let Some(thread) = &self.thread else {
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         };
         match thread.take(ready.first().copied().unwrap_or(false)) {
-            Taken::Scans(scans) => scans
-                .into_iter()
-                .map(|s| {
-                    let i = s.watch.0;
-                    report(&self.paths[i], &mut self.previous[i], s)
-                })
-                .collect(),
+            Taken::Some(scans, done) => (
+                scans
+                    .into_iter()
+                    .map(|s| {
+                        let i = s.watch.0;
+                        report(&self.paths[i], &mut self.previous[i], s)
+                    })
+                    .collect(),
+                done,
+            ),
             Taken::Gone => {
                 tracing::error!(
                     "the watcher thread is gone: changes to watched files are no longer seen"
                 );
                 self.thread = None;
-                Vec::new()
+                (Vec::new(), Vec::new())
             }
         }
     }

@@ -23,12 +23,12 @@
 //! they are written through) are never covered, wherever a path leads: tend
 //! must not reload on its own writes.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, File};
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use nix::errno::Errno;
@@ -203,6 +203,42 @@ pub fn scan(
     own: &OwnFiles,
     registrar: &mut dyn Registrar,
 ) -> Scan {
+    scan_into(paths, key, own, registrar, None)
+}
+
+/// [`scan`], copying every regular file it hashes into the directory
+/// `into` as it reads it, so the copy is exactly what the fingerprint
+/// covers: a watched file becomes `into/NAME`, a watched directory's
+/// entries become `into`'s. Modes are kept (and owners, as root).
+/// Sockets, FIFOs and devices are not copied. The copy fails on the first
+/// error: a file tend cannot read or write, two paths that give the same
+/// name.
+pub fn scan_copying(
+    paths: &[PathBuf],
+    key: &HashKey,
+    own: &OwnFiles,
+    registrar: &mut dyn Registrar,
+    into: &Path,
+) -> (Scan, Result<(), String>) {
+    let mut copy = Copy {
+        root: into.to_path_buf(),
+        prefix: PathBuf::new(),
+        error: None,
+        dirs: Vec::new(),
+        // SAFETY: geteuid() cannot fail and touches no memory.
+        as_root: unsafe { libc::geteuid() } == 0,
+    };
+    let scan = scan_into(paths, key, own, registrar, Some(&mut copy));
+    (scan, copy.finish())
+}
+
+fn scan_into<'a>(
+    paths: &[PathBuf],
+    key: &HashKey,
+    own: &OwnFiles,
+    registrar: &'a mut dyn Registrar,
+    mut copy: Option<&'a mut Copy>,
+) -> Scan {
     let mut s = Scanner::new(registrar, own);
     let mut per_path = Vec::with_capacity(paths.len());
     let mut all = Sha256::new();
@@ -213,7 +249,19 @@ pub fn scan(
         s.hasher.update(path.as_os_str().as_bytes());
         s.hasher.update(b"\0");
         match s.resolve_watched(path) {
-            Ok(real) => s.cover(Path::new(""), &real, 0),
+            Ok(real) => {
+                if let Some(c) = copy.as_deref_mut() {
+                    // A directory's entries go to the top; a file keeps its name.
+                    c.prefix = if real.is_dir() {
+                        PathBuf::new()
+                    } else {
+                        PathBuf::from(path.file_name().unwrap_or_default())
+                    };
+                }
+                s.copy = copy.take();
+                s.cover(Path::new(""), &real, 0);
+                copy = s.copy.take();
+            }
             Err(Unresolved::Own) => s.hasher.update(b"own\0"),
             Err(_) => {}
         }
@@ -243,6 +291,122 @@ struct Scanner<'r> {
     /// (dev, ino) of directories already covered, against symlink loops.
     visited: HashSet<(u64, u64)>,
     buf: Vec<u8>,
+    /// Where `..data` of each kubelet volume pointed when this scan first
+    /// read it: every key of a volume is read from that one generation, so
+    /// a scan never mixes two updates (the kubelet never changes a
+    /// generation in place; it makes a new one and swaps `..data`).
+    data_links: HashMap<PathBuf, Option<PathBuf>>,
+    /// Set while a scan copies what it reads.
+    copy: Option<&'r mut Copy>,
+}
+
+/// A copy being made by [`scan_copying`].
+struct Copy {
+    root: PathBuf,
+    /// Where the watched path being covered goes, below `root`.
+    prefix: PathBuf,
+    error: Option<String>,
+    /// Directories made, and the modes they get once the copy is done (a
+    /// read-only one must stay writable until then).
+    dirs: Vec<(PathBuf, u32)>,
+    as_root: bool,
+}
+
+impl Copy {
+    fn dest(&self, rel: &Path) -> PathBuf {
+        // `join("")` would add a trailing slash.
+        if rel.as_os_str().is_empty() {
+            self.root.join(&self.prefix)
+        } else {
+            self.root.join(&self.prefix).join(rel)
+        }
+    }
+
+    fn fail(&mut self, what: &str, path: &Path, e: &io::Error) {
+        if self.error.is_none() {
+            self.error = Some(format!("{what} {}: {e}", path.display()));
+        }
+    }
+
+    fn dir(&mut self, rel: &Path, meta: &fs::Metadata) {
+        if self.error.is_some() || self.prefix.join(rel).as_os_str().is_empty() {
+            return;
+        }
+        let dest = self.dest(rel);
+        match fs::DirBuilder::new().mode(0o700).create(&dest) {
+            Ok(()) => {
+                self.owner(&dest, meta);
+                self.dirs.push((dest, meta.mode() & 0o777));
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => self.twice(&dest),
+            Err(e) => self.fail("cannot create", &dest, &e),
+        }
+    }
+
+    /// Opens the copy of a file; None once the copy failed.
+    fn file(&mut self, rel: &Path) -> Option<File> {
+        if self.error.is_some() {
+            return None;
+        }
+        let dest = self.dest(rel);
+        match File::options()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&dest)
+        {
+            Ok(f) => Some(f),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                self.twice(&dest);
+                None
+            }
+            Err(e) => {
+                self.fail("cannot create", &dest, &e);
+                None
+            }
+        }
+    }
+
+    fn twice(&mut self, dest: &Path) {
+        if self.error.is_none() {
+            self.error = Some(format!(
+                "two watched paths give the same name {:?} in the published copy: \
+                 publish one directory, or files with different names",
+                dest.strip_prefix(&self.root).unwrap_or(dest)
+            ));
+        }
+    }
+
+    fn owner(&mut self, dest: &Path, meta: &fs::Metadata) {
+        if self.as_root
+            && let Err(e) = std::os::unix::fs::lchown(dest, Some(meta.uid()), Some(meta.gid()))
+        {
+            self.fail("cannot set the owner of", dest, &e);
+        }
+    }
+
+    /// The file `out` (the copy of `rel`, whose metadata is `meta`) is
+    /// complete: its mode and owner follow the original.
+    fn finish_file(&mut self, out: File, rel: &Path, meta: &fs::Metadata) {
+        let dest = self.dest(rel);
+        let mode = fs::Permissions::from_mode(meta.mode() & 0o777);
+        if let Err(e) = out.set_permissions(mode) {
+            return self.fail("cannot set the mode of", &dest, &e);
+        }
+        self.owner(&dest, meta);
+    }
+
+    fn finish(self) -> Result<(), String> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        for (dir, mode) in self.dirs.iter().rev() {
+            fs::set_permissions(dir, fs::Permissions::from_mode(*mode))
+                .map_err(|e| format!("cannot set the mode of {}: {e}", dir.display()))?;
+        }
+        Ok(())
+    }
 }
 
 /// Why a path did not resolve.
@@ -268,6 +432,34 @@ impl<'r> Scanner<'r> {
             dirs: BTreeMap::new(),
             visited: HashSet::new(),
             buf: vec![0; 64 * 1024],
+            data_links: HashMap::new(),
+            copy: None,
+        }
+    }
+
+    /// Where `dir/..data` points, read once per scan.
+    fn data_link(&mut self, dir: &Path) -> io::Result<PathBuf> {
+        if let Some(known) = self.data_links.get(dir) {
+            return known
+                .clone()
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        let target = fs::read_link(dir.join("..data"));
+        self.data_links
+            .insert(dir.to_path_buf(), target.as_ref().ok().cloned());
+        target
+    }
+
+    /// The directory that holds a kubelet volume's keys, when `dir` is one.
+    fn data_dir(&mut self, dir: &Path) -> Option<PathBuf> {
+        let data = dir.join("..data");
+        match fs::symlink_metadata(&data) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let target = dir.join(self.data_link(dir).ok()?);
+                target.is_dir().then_some(target)
+            }
+            Ok(m) if m.is_dir() => Some(data),
+            _ => None,
         }
     }
 
@@ -361,8 +553,7 @@ impl<'r> Scanner<'r> {
                     self.watch_name(&cur, &name);
                     if e.kind() == io::ErrorKind::NotFound
                         && !is_kubelet_internal(&name)
-                        && cur.join("..data").exists()
-                        && cur.join("..data").join(&name).exists()
+                        && self.data_dir(&cur).is_some_and(|d| d.join(&name).exists())
                     {
                         // A key the kubelet committed but has not linked yet.
                         self.unpublished.push(cand);
@@ -379,7 +570,12 @@ impl<'r> Scanner<'r> {
             if meta.file_type().is_symlink() {
                 self.watch_name(&cur, &name);
                 hops += 1;
-                let target = match fs::read_link(&cand) {
+                let target = if name == "..data" {
+                    self.data_link(&cur)
+                } else {
+                    fs::read_link(&cand)
+                };
+                let target = match target {
                     Ok(t) if hops <= MAX_SYMLINKS => t,
                     Ok(_) => {
                         self.record_problem(&io::Error::from_raw_os_error(libc::ELOOP));
@@ -420,12 +616,16 @@ impl<'r> Scanner<'r> {
                 return;
             }
             self.watch(real, Interest::All);
+            if let Some(c) = self.copy.as_deref_mut() {
+                c.dir(rel, &meta);
+            }
             // In a kubelet volume the keys are what `..data` holds.
-            let listed = if real.join("..data").is_dir() {
-                self.watch_name(real, OsStr::new("..data"));
-                real.join("..data")
-            } else {
-                real.to_path_buf()
+            let listed = match self.data_dir(real) {
+                Some(data) => {
+                    self.watch_name(real, OsStr::new("..data"));
+                    data
+                }
+                None => real.to_path_buf(),
             };
             let mut names: Vec<OsString> = match fs::read_dir(&listed) {
                 Ok(entries) => entries.flatten().map(|e| e.file_name()).collect(),
@@ -457,16 +657,20 @@ impl<'r> Scanner<'r> {
             .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
             .open(real)
             .and_then(|f| Ok((f.metadata()?, f)));
-        let mut f = match opened {
-            Ok((meta, f)) if meta.is_file() => f,
+        let (meta, mut f) = match opened {
+            Ok((meta, f)) if meta.is_file() => (meta, f),
             Ok(_) => return self.not_regular(rel),
             Err(e) => {
                 self.file_header(rel);
+                if let Some(c) = self.copy.as_deref_mut() {
+                    c.fail("cannot read", real, &e);
+                }
                 return self.record_problem(&e);
             }
         };
         self.files += 1;
         self.file_header(rel);
+        let mut out = self.copy.as_deref_mut().and_then(|c| c.file(rel));
         let mut len: u64 = 0;
         loop {
             match f.read(&mut self.buf) {
@@ -474,12 +678,26 @@ impl<'r> Scanner<'r> {
                 Ok(n) => {
                     self.hasher.update(&self.buf[..n]);
                     len += n as u64;
+                    if let (Some(o), Some(c)) = (&mut out, self.copy.as_deref_mut())
+                        && let Err(e) = o.write_all(&self.buf[..n])
+                    {
+                        c.fail("cannot write", &c.dest(rel), &e);
+                        out = None;
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return self.record_problem(&e),
+                Err(e) => {
+                    if let Some(c) = self.copy.as_deref_mut() {
+                        c.fail("cannot read", real, &e);
+                    }
+                    return self.record_problem(&e);
+                }
             }
         }
         self.hasher.update(len.to_le_bytes());
+        if let (Some(o), Some(c)) = (out, self.copy.as_deref_mut()) {
+            c.finish_file(o, rel, &meta);
+        }
     }
 
     fn file_header(&mut self, rel: &Path) {
@@ -650,6 +868,96 @@ mod tests {
             &HashKey::fixed(),
         );
         assert_eq!(s.files, 0);
+    }
+
+    #[test]
+    fn a_copying_scan_copies_what_it_fingerprints_with_names_and_modes() {
+        let d = tempfile::tempdir().unwrap();
+        let vol = d.path().join("vol");
+        project(&vol, &[("app.conf", "v1"), ("tls/key.pem", "secret")], 1);
+        fs::set_permissions(
+            fs::read_link(vol.join("..data"))
+                .map(|g| vol.join(g).join("tls/key.pem"))
+                .unwrap(),
+            fs::Permissions::from_mode(0o400),
+        )
+        .unwrap();
+        let single = d.path().join("extra.conf");
+        fs::write(&single, "x").unwrap();
+        let fifo = d.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let paths = [vol.clone(), single.clone(), fifo.clone()];
+        let into = d.path().join("copy");
+        fs::create_dir(&into).unwrap();
+        let key = HashKey::fixed();
+        let (copied, result) =
+            scan_copying(&paths, &key, &OwnFiles::default(), &mut Unregistered, &into);
+        assert_eq!(result, Ok(()));
+        assert_eq!(
+            copied.fingerprint,
+            fp(&paths),
+            "the same fingerprint as a scan"
+        );
+        assert_eq!(fs::read_to_string(into.join("app.conf")).unwrap(), "v1");
+        assert_eq!(fs::read_to_string(into.join("extra.conf")).unwrap(), "x");
+        let key_pem = into.join("tls/key.pem");
+        assert_eq!(fs::read_to_string(&key_pem).unwrap(), "secret");
+        let mode = fs::metadata(&key_pem).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o400, "a Secret's mode is kept: {mode:o}");
+        assert!(
+            !into.join("fifo").exists(),
+            "a FIFO is never opened nor copied"
+        );
+        assert!(
+            !into.join("..data").exists(),
+            "kubelet internals are not copied"
+        );
+    }
+
+    #[test]
+    fn a_copying_scan_fails_on_a_name_given_twice() {
+        let d = tempfile::tempdir().unwrap();
+        for sub in ["a", "b"] {
+            fs::create_dir(d.path().join(sub)).unwrap();
+            fs::write(d.path().join(sub).join("same.conf"), sub).unwrap();
+        }
+        let into = d.path().join("copy");
+        fs::create_dir(&into).unwrap();
+        let paths = [d.path().join("a/same.conf"), d.path().join("b/same.conf")];
+        let (_, result) = scan_copying(
+            &paths,
+            &HashKey::fixed(),
+            &OwnFiles::default(),
+            &mut Unregistered,
+            &into,
+        );
+        let e = result.unwrap_err();
+        assert!(
+            e.contains("\"same.conf\"") && e.contains("same name"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn every_key_of_a_volume_is_read_from_the_generation_first_seen() {
+        let d = tempfile::tempdir().unwrap();
+        let vol = d.path().join("vol");
+        project(&vol, &[("a", "1"), ("b", "1")], 1);
+        let first = fs::read_link(vol.join("..data")).unwrap();
+        let own = OwnFiles::default();
+        let mut registrar = Unregistered;
+        let mut s = Scanner::new(&mut registrar, &own);
+        let a = s.resolve_watched(&vol.join("a")).unwrap();
+        // The kubelet swaps `..data` (and keeps the old generation a moment).
+        let ts = "..2026_11_21_10_00_02.000";
+        fs::create_dir(vol.join(ts)).unwrap();
+        fs::write(vol.join(ts).join("a"), "2").unwrap();
+        fs::write(vol.join(ts).join("b"), "2").unwrap();
+        symlink(ts, vol.join("..data_tmp")).unwrap();
+        fs::rename(vol.join("..data_tmp"), vol.join("..data")).unwrap();
+        let b = s.resolve_watched(&vol.join("b")).unwrap();
+        assert_eq!(a, vol.join(&first).join("a"));
+        assert_eq!(b, vol.join(&first).join("b"), "not a mix of two updates");
     }
 
     #[test]

@@ -34,7 +34,8 @@ use nix::sys::signal::{SigSet, SigmaskHow, pthread_sigmask};
 use nix::sys::time::TimeSpec;
 
 use super::books::{Books, Event, Scanned, limit_hint};
-use super::scan::{self, HashKey, OwnFiles, Registrar};
+use super::publish;
+use super::scan::{self, Fingerprint, HashKey, OwnFiles, Registrar};
 use super::{POLL_INTERVAL, WatchId};
 use crate::config;
 
@@ -70,8 +71,8 @@ pub struct Handle {
 
 /// What the loop and the thread share.
 struct Shared {
-    /// Scans for the loop, at most one per watch.
-    scanned: Mutex<Vec<Scanned>>,
+    /// What the thread has for the loop.
+    out: Mutex<Out>,
     /// What the loop asks of the thread.
     asked: Mutex<Asked>,
     /// Written when a scan is queued (and when the thread ends).
@@ -82,16 +83,65 @@ struct Shared {
     alive: AtomicBool,
 }
 
+/// Under one lock, so the loop sees a snapshot's scan no later than its
+/// result.
+#[derive(Default)]
+struct Out {
+    /// Scans, at most one per watch.
+    scanned: Vec<Scanned>,
+    /// Results of what the loop asked, in order.
+    done: Vec<Done>,
+}
+
 #[derive(Default)]
 struct Asked {
     rescan: Vec<WatchId>,
+    /// Snapshots, publications and removals, in the order asked.
+    requests: Vec<Request>,
     /// The [`Handle`] was dropped: the thread ends.
     stop: bool,
 }
 
+/// What the loop asks of a `publish` directory.
+#[derive(Debug)]
+pub enum Request {
+    /// Copy the watch into a candidate generation, if its content still has
+    /// this fingerprint.
+    Snapshot(WatchId, Fingerprint),
+    /// Make this candidate the published generation.
+    Publish(WatchId, Fingerprint, PathBuf),
+    /// Remove this candidate.
+    Discard(WatchId, PathBuf),
+}
+
+/// How a request went.
+#[derive(Debug)]
+pub enum Done {
+    Snapshot {
+        watch: WatchId,
+        fingerprint: Fingerprint,
+        result: Result<PathBuf, SnapshotError>,
+    },
+    Published {
+        watch: WatchId,
+        fingerprint: Fingerprint,
+        result: Result<(), String>,
+    },
+}
+
+/// Why there is no candidate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SnapshotError {
+    /// The content changed since the fingerprint asked for: its scan is
+    /// reported as usual.
+    Changed,
+    /// The copy could not be made.
+    Failed(String),
+}
+
 /// What [`Handle::take`] found.
 pub enum Taken {
-    Scans(Vec<Scanned>),
+    Some(Vec<Scanned>, Vec<Done>),
     /// The thread ended (it panicked or its `ppoll` failed): no scan will come.
     Gone,
 }
@@ -108,7 +158,7 @@ impl Handle {
     ) -> anyhow::Result<Handle> {
         let eventfd = || EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC);
         let shared = Arc::new(Shared {
-            scanned: Mutex::new(Vec::new()),
+            out: Mutex::new(Out::default()),
             asked: Mutex::new(Asked::default()),
             to_loop: eventfd()
                 .context("eventfd() failed: tend cannot hear from its watcher thread")?,
@@ -140,6 +190,10 @@ impl Handle {
         };
         let books = Books::new(watches, cwd, inotify.is_none(), now);
         let worker = Worker {
+            publish: watches
+                .iter()
+                .map(|w| w.publish.as_ref().map(|p| cwd.join(p)))
+                .collect(),
             paths: books.paths().map(<[PathBuf]>::to_vec).collect(),
             books,
             inotify,
@@ -147,6 +201,7 @@ impl Handle {
             key: HashKey::random(),
             own,
             shared: shared.clone(),
+            requests: Vec::new(),
         };
         one_malloc_arena();
         std::thread::Builder::new()
@@ -171,11 +226,21 @@ impl Handle {
         }
         // Whether it ended is read first: its last scans are queued by then.
         let alive = self.shared.alive.load(Ordering::Acquire);
-        match self.shared.scanned.lock() {
-            Ok(mut scanned) if alive || !scanned.is_empty() => {
-                Taken::Scans(std::mem::take(&mut *scanned))
-            }
+        match self.shared.out.lock() {
+            Ok(mut out) if alive || !out.scanned.is_empty() || !out.done.is_empty() => Taken::Some(
+                std::mem::take(&mut out.scanned),
+                std::mem::take(&mut out.done),
+            ),
             _ => Taken::Gone,
+        }
+    }
+
+    /// Asks for `request`; its result comes with the scans.
+    pub fn ask(&self, request: Request) {
+        if let Ok(mut asked) = self.shared.asked.lock() {
+            asked.requests.push(request);
+            drop(asked);
+            wake(&self.shared.to_thread);
         }
     }
 
@@ -204,11 +269,15 @@ impl Drop for Handle {
 struct Worker {
     books: Books,
     paths: Vec<Vec<PathBuf>>,
+    /// Each watch's `publish` directory (absolute).
+    publish: Vec<Option<PathBuf>>,
     inotify: Option<Inotify>,
     mount_table: Option<File>,
     key: HashKey,
     own: OwnFiles,
     shared: Arc<Shared>,
+    /// Taken from [`Asked`], served before due scans.
+    requests: Vec<Request>,
 }
 
 #[derive(Default)]
@@ -236,6 +305,7 @@ impl Worker {
         }
         let _ended = Ended(self.shared.clone());
         loop {
+            self.serve();
             self.scan_due();
             self.remove_unused();
             let ready = match self.wait() {
@@ -311,7 +381,92 @@ impl Worker {
         for id in std::mem::take(&mut asked.rescan) {
             self.books.rescan(id, now);
         }
+        self.requests.append(&mut asked.requests);
         true
+    }
+
+    /// Carries out what the loop asked of `publish` directories.
+    fn serve(&mut self) {
+        for request in std::mem::take(&mut self.requests) {
+            match request {
+                Request::Snapshot(id, fp) => {
+                    let result = self.snapshot(id, fp);
+                    self.finished(Done::Snapshot {
+                        watch: id,
+                        fingerprint: fp,
+                        result,
+                    });
+                }
+                Request::Publish(id, fp, candidate) => {
+                    let result = match &self.publish[id.0] {
+                        Some(dir) => publish::publish(dir, &candidate).map_err(|e| {
+                            // A candidate that cannot be published is of no use.
+                            let _ = publish::discard(dir, &candidate);
+                            e.to_string()
+                        }),
+                        None => Err("the watch has no `publish` directory".into()),
+                    };
+                    self.finished(Done::Published {
+                        watch: id,
+                        fingerprint: fp,
+                        result,
+                    });
+                }
+                Request::Discard(id, candidate) => {
+                    if let Some(dir) = &self.publish[id.0]
+                        && let Err(e) = publish::discard(dir, &candidate)
+                    {
+                        tracing::warn!("cannot remove a rejected candidate: {e}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Copies watch `id` into a new candidate generation, through the same
+    /// scan that fingerprints it: the candidate holds exactly the content
+    /// whose fingerprint is `fp`, or there is none. The scan counts as any
+    /// scan of the watch.
+    fn snapshot(&mut self, id: WatchId, fp: Fingerprint) -> Result<PathBuf, SnapshotError> {
+        let Some(dir) = self.publish[id.0].clone() else {
+            return Err(SnapshotError::Failed(
+                "the watch has no `publish` directory".into(),
+            ));
+        };
+        let candidate =
+            publish::create_generation(&dir).map_err(|e| SnapshotError::Failed(e.to_string()))?;
+        let mut registrar = InotifyRegistrar(self.inotify.as_ref());
+        let (scan, copied) = scan::scan_copying(
+            &self.paths[id.0],
+            &self.key,
+            &self.own,
+            &mut registrar,
+            &candidate,
+        );
+        let same = scan.fingerprint == fp;
+        let with_inotify = self.inotify.is_some();
+        if let Some(scanned) = self
+            .books
+            .on_scanned(id, scan, with_inotify, Instant::now())
+        {
+            self.post(scanned);
+        }
+        let result = match copied {
+            Err(e) => Err(SnapshotError::Failed(e)),
+            Ok(()) if !same => Err(SnapshotError::Changed),
+            Ok(()) => return Ok(candidate),
+        };
+        if let Err(e) = publish::discard(&dir, &candidate) {
+            tracing::warn!("cannot remove an unusable candidate: {e}");
+        }
+        result
+    }
+
+    fn finished(&self, done: Done) {
+        if let Ok(mut out) = self.shared.out.lock() {
+            out.done.push(done);
+        }
+        wake(&self.shared.to_loop);
     }
 
     fn read_events(&mut self, now: Instant) {
@@ -368,14 +523,14 @@ impl Worker {
     }
 
     fn post(&self, scanned: Scanned) {
-        let Ok(mut queue) = self.shared.scanned.lock() else {
+        let Ok(mut out) = self.shared.out.lock() else {
             return;
         };
-        match queue.iter_mut().find(|s| s.watch == scanned.watch) {
+        match out.scanned.iter_mut().find(|s| s.watch == scanned.watch) {
             Some(older) => *older = scanned,
-            None => queue.push(scanned),
+            None => out.scanned.push(scanned),
         }
-        drop(queue);
+        drop(out);
         wake(&self.shared.to_loop);
     }
 
@@ -481,8 +636,8 @@ mod tests {
             let mut fds = [PollFd::new(handle.fd(), PollFlags::POLLIN)];
             let woke = poll(&mut fds, PollTimeout::from(100u16)).unwrap() > 0;
             match handle.take(woke) {
-                Taken::Scans(mut scans) if !scans.is_empty() => return scans.remove(0),
-                Taken::Scans(_) => {}
+                Taken::Some(mut scans, _) if !scans.is_empty() => return scans.remove(0),
+                Taken::Some(..) => {}
                 Taken::Gone => panic!("the watcher thread ended"),
             }
             assert!(Instant::now() < deadline, "no scan came");

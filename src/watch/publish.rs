@@ -1,0 +1,365 @@
+//! `publish`: a directory that holds the last content of a watch that passed
+//! its check, laid out like a kubelet volume, which the service reads
+//! instead of the watched paths.
+//!
+//! ```text
+//! DIR/..data -> ..2026_11_22_10_00_00.123456789     the published generation
+//! DIR/..2026_11_22_10_00_00.123456789/nginx.conf    the files, modes kept
+//! DIR/nginx.conf -> ..data/nginx.conf               one symlink per key
+//! ```
+//!
+//! A change becomes a *candidate* generation next to the published one: a
+//! copy made while the watch is scanned ([`super::scan::scan_copying`]), so
+//! what is copied is exactly what is fingerprinted. Only a candidate that
+//! passed its check is published, by the kubelet's own sequence: a symlink
+//! `..data_tmp` renamed over `..data` (one atomic step: a reader sees the old
+//! generation or the new one, never a mix), then the key symlinks the new
+//! generation adds, then the removal of those it dropped and of the old
+//! generation. A failed candidate is removed. So the directory holds at most
+//! two generations: the published one and the one being checked.
+//!
+//! Every call here is made by the watcher thread (or before the loop
+//! starts), never by PID 1's loop.
+
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, symlink};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+/// The symlink that names the published generation.
+pub const DATA: &str = "..data";
+const DATA_TMP: &str = "..data_tmp";
+const LINK_TMP: &str = "..link_tmp";
+
+/// What an earlier tend left in a publish directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restored {
+    /// The published generation's directory name.
+    pub generation: String,
+}
+
+/// Makes `dir` ready for publishing, at start-up: creates it, removes what
+/// an earlier tend left half done (candidates, temporary links), and returns
+/// the generation an earlier tend published, if there is one (an emptyDir
+/// outlives the container). A directory that holds files tend did not put
+/// there is an error: tend never deletes what it did not write.
+pub fn prepare(dir: &Path) -> io::Result<Option<Restored>> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)
+        .map_err(|e| with_path(e, "cannot create", dir))?;
+    let current = published(dir);
+    let mut foreign = Vec::new();
+    for entry in fs::read_dir(dir).map_err(|e| with_path(e, "cannot read", dir))? {
+        let entry = entry.map_err(|e| with_path(e, "cannot read", dir))?;
+        let name = entry.file_name();
+        let path = entry.path();
+        if name == DATA {
+            if current.is_none() {
+                remove(&path)?;
+            }
+        } else if is_internal(&name) {
+            if current.as_deref() != Some(name.as_os_str()) {
+                remove(&path)?;
+            }
+        } else if is_key_link(&path, &name) {
+            if current.is_none() {
+                remove(&path)?;
+            }
+        } else {
+            foreign.push(name);
+        }
+    }
+    if let Some(name) = foreign.first() {
+        return Err(io::Error::other(format!(
+            "{} holds {:?}, which tend did not publish: `publish` needs a directory of its own \
+             (an emptyDir such as /run/tend/NAME), and tend never deletes what it did not write",
+            dir.display(),
+            name
+        )));
+    }
+    Ok(current.map(|g| Restored {
+        generation: g.to_string_lossy().into_owned(),
+    }))
+}
+
+/// [`prepare`] for the `publish` directory of each of `watches` (relative
+/// to `cwd`): what an earlier tend published, per watch.
+pub fn prepare_all(
+    watches: &[crate::config::Watch],
+    cwd: &Path,
+) -> anyhow::Result<Vec<Option<Restored>>> {
+    use anyhow::Context as _;
+    watches
+        .iter()
+        .map(|w| match &w.publish {
+            Some(dir) => {
+                prepare(&cwd.join(dir)).with_context(|| format!("watch {:?}: `publish`", w.name))
+            }
+            None => Ok(None),
+        })
+        .collect()
+}
+
+/// The name of the generation `..data` points to, when it is there.
+fn published(dir: &Path) -> Option<OsString> {
+    let target = fs::read_link(dir.join(DATA)).ok()?;
+    let name = target.as_os_str();
+    let ok = is_generation_name(name) && dir.join(name).is_dir();
+    ok.then(|| name.to_os_string())
+}
+
+/// Creates an empty candidate generation in `dir`; returns its path.
+pub fn create_generation(dir: &Path) -> io::Result<PathBuf> {
+    let stamp = crate::time::generation_stamp(SystemTime::now());
+    for n in 0.. {
+        let name = if n == 0 {
+            format!("..{stamp}")
+        } else {
+            format!("..{stamp}_{n}")
+        };
+        let path = dir.join(name);
+        match fs::DirBuilder::new().mode(0o755).create(&path) {
+            Ok(()) => return Ok(path),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 100 => {}
+            Err(e) => return Err(with_path(e, "cannot create", &path)),
+        }
+    }
+    unreachable!("the loop returns")
+}
+
+/// Publishes the candidate `generation` (a path made by
+/// [`create_generation`] in `dir`), then removes every other generation.
+pub fn publish(dir: &Path, generation: &Path) -> io::Result<()> {
+    let name = generation_name(dir, generation)?;
+    let tmp = dir.join(DATA_TMP);
+    remove(&tmp)?;
+    symlink(name, &tmp).map_err(|e| with_path(e, "cannot create", &tmp))?;
+    fs::rename(&tmp, dir.join(DATA))
+        .map_err(|e| with_path(e, "cannot rename over", &dir.join(DATA)))?;
+    // The keys of the new generation, then the removal of what it dropped.
+    let mut keys = Vec::new();
+    for entry in fs::read_dir(generation).map_err(|e| with_path(e, "cannot read", generation))? {
+        let key = entry
+            .map_err(|e| with_path(e, "cannot read", generation))?
+            .file_name();
+        let link = dir.join(&key);
+        let target = Path::new(DATA).join(&key);
+        if fs::read_link(&link).ok().as_deref() != Some(target.as_path()) {
+            let tmp = dir.join(LINK_TMP);
+            remove(&tmp)?;
+            symlink(&target, &tmp).map_err(|e| with_path(e, "cannot create", &tmp))?;
+            fs::rename(&tmp, &link).map_err(|e| with_path(e, "cannot rename over", &link))?;
+        }
+        keys.push(key);
+    }
+    for entry in fs::read_dir(dir).map_err(|e| with_path(e, "cannot read", dir))? {
+        let entry = entry.map_err(|e| with_path(e, "cannot read", dir))?;
+        let name = entry.file_name();
+        let stale = if is_internal(&name) {
+            name != DATA && name != name_of(generation)
+        } else {
+            !keys.contains(&name) && is_key_link(&entry.path(), &name)
+        };
+        if stale {
+            remove(&entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes the candidate `generation` of `dir`, unless it is the one
+/// published.
+pub fn discard(dir: &Path, generation: &Path) -> io::Result<()> {
+    let name = generation_name(dir, generation)?;
+    if published(dir).as_deref() == Some(name) {
+        return Ok(());
+    }
+    remove(generation)
+}
+
+/// `generation`'s name, once it is sure to be a generation of `dir`: a
+/// path from elsewhere is never removed or published.
+fn generation_name<'a>(dir: &Path, generation: &'a Path) -> io::Result<&'a OsStr> {
+    let name = name_of(generation);
+    if generation.parent() != Some(dir) || !is_generation_name(name) {
+        return Err(io::Error::other(format!(
+            "{} is not a generation of {}",
+            generation.display(),
+            dir.display()
+        )));
+    }
+    Ok(name)
+}
+
+fn name_of(path: &Path) -> &OsStr {
+    path.file_name().unwrap_or_default()
+}
+
+/// `..2026_...`: a generation (not `..data`, `..data_tmp` or `..link_tmp`).
+fn is_generation_name(name: &OsStr) -> bool {
+    let b = name.as_bytes();
+    b.len() > 2 && b.starts_with(b"..") && b[2].is_ascii_digit() && !b.contains(&b'/')
+}
+
+fn is_internal(name: &OsStr) -> bool {
+    name.as_bytes().starts_with(b"..")
+}
+
+/// A top-level key: a symlink to `..data/NAME`.
+fn is_key_link(path: &Path, name: &OsStr) -> bool {
+    fs::read_link(path).is_ok_and(|t| t == Path::new(DATA).join(name))
+}
+
+/// Removes a file, symlink or directory tree; what is not there is fine.
+fn remove(path: &Path) -> io::Result<()> {
+    let result = match fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => fs::remove_dir_all(path),
+        Ok(_) => fs::remove_file(path),
+        Err(e) => Err(e),
+    };
+    match result {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(with_path(e, "cannot remove", path)),
+        _ => Ok(()),
+    }
+}
+
+fn with_path(e: io::Error, what: &str, path: &Path) -> io::Error {
+    io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn generation(dir: &Path, files: &[(&str, &str)]) -> PathBuf {
+        let g = create_generation(dir).unwrap();
+        for (name, text) in files {
+            fs::write(g.join(name), text).unwrap();
+        }
+        g
+    }
+
+    fn read(dir: &Path, key: &str) -> String {
+        fs::read_to_string(dir.join(key)).unwrap()
+    }
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn generations_are_named_like_the_kubelets() {
+        let t = SystemTime::UNIX_EPOCH + std::time::Duration::new(1_795_334_400, 123_456_789);
+        assert_eq!(
+            crate::time::generation_stamp(t),
+            "2026_11_22_08_00_00.123456789"
+        );
+        let d = tempfile::tempdir().unwrap();
+        let a = create_generation(d.path()).unwrap();
+        let b = create_generation(d.path()).unwrap();
+        assert_ne!(a, b);
+        assert!(is_generation_name(name_of(&a)) && is_generation_name(name_of(&b)));
+        assert!(!is_generation_name(OsStr::new(DATA)));
+        assert!(!is_generation_name(OsStr::new(DATA_TMP)));
+    }
+
+    #[test]
+    fn publishing_swaps_data_links_the_keys_and_keeps_one_generation() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("pub");
+        assert_eq!(prepare(&dir).unwrap(), None, "created empty");
+        let g1 = generation(&dir, &[("a.conf", "1"), ("b.conf", "1")]);
+        publish(&dir, &g1).unwrap();
+        assert_eq!(read(&dir, "a.conf"), "1");
+        assert_eq!(
+            fs::read_link(dir.join("a.conf")).unwrap(),
+            Path::new("..data/a.conf")
+        );
+        let g2 = generation(&dir, &[("a.conf", "2"), ("c.conf", "2")]);
+        assert_eq!(read(&dir, "a.conf"), "1", "a candidate is not published");
+        publish(&dir, &g2).unwrap();
+        assert_eq!(read(&dir, "a.conf"), "2");
+        assert_eq!(read(&dir, "c.conf"), "2");
+        assert!(
+            !dir.join("b.conf").exists(),
+            "a dropped key's link is removed"
+        );
+        let gen2 = name_of(&g2).to_string_lossy().into_owned();
+        assert_eq!(entries(&dir), [gen2.as_str(), "..data", "a.conf", "c.conf"]);
+    }
+
+    #[test]
+    fn a_discarded_candidate_is_removed_but_never_the_published_one() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().to_path_buf();
+        let g1 = generation(&dir, &[("a", "1")]);
+        publish(&dir, &g1).unwrap();
+        let g2 = generation(&dir, &[("a", "2")]);
+        discard(&dir, &g2).unwrap();
+        assert!(!g2.exists());
+        discard(&dir, &g1).unwrap();
+        assert!(g1.exists(), "the published generation stays");
+        assert!(discard(&dir, Path::new("/etc")).is_err());
+        assert!(
+            discard(&dir, &dir.join("a")).is_err(),
+            "a key is not a generation"
+        );
+    }
+
+    #[test]
+    fn an_earlier_generation_is_restored_and_leftovers_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().to_path_buf();
+        let g1 = generation(&dir, &[("a", "1")]);
+        publish(&dir, &g1).unwrap();
+        let left = generation(&dir, &[("a", "2")]);
+        symlink("..nothing", dir.join(DATA_TMP)).unwrap();
+        let restored = prepare(&dir).unwrap().expect("a generation was published");
+        assert_eq!(restored.generation, name_of(&g1).to_string_lossy());
+        assert!(!left.exists() && !dir.join(DATA_TMP).exists());
+        assert_eq!(read(&dir, "a"), "1");
+    }
+
+    #[test]
+    fn a_broken_data_link_restores_nothing_and_clears_the_keys() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().to_path_buf();
+        let g1 = generation(&dir, &[("a", "1")]);
+        publish(&dir, &g1).unwrap();
+        fs::remove_dir_all(&g1).unwrap();
+        assert_eq!(prepare(&dir).unwrap(), None);
+        assert!(entries(&dir).is_empty(), "{:?}", entries(&dir));
+    }
+
+    #[test]
+    fn a_directory_with_files_tend_did_not_write_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        fs::write(d.path().join("precious"), "x").unwrap();
+        let e = prepare(d.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("\"precious\"") && e.contains("did not publish"),
+            "{e}"
+        );
+        assert!(d.path().join("precious").exists());
+    }
+
+    #[test]
+    fn the_directory_is_created_readable() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("a/b");
+        prepare(&dir).unwrap();
+        let mode = fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode & 0o555, 0o555, "{mode:o}");
+    }
+}

@@ -1,0 +1,256 @@
+//! `publish`: the service reads a copy of the watched content that passed
+//! its check, so neither a crash nor a container restart during an invalid
+//! config puts it on content that failed.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use common::kubelet::{project, project_mode};
+use common::*;
+use nix::sys::signal::Signal;
+
+/// The generation directories in a publish directory.
+fn generations(dir: &Path) -> Vec<String> {
+    let mut g: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("..") && n != "..data")
+        .collect();
+    g.sort();
+    g
+}
+
+/// A config that watches the volume `vol`, publishes it to `pub`, checks
+/// the candidate's app.conf for "good", and runs the service on the
+/// published copy.
+fn config(sb: &Sandbox, service: &str, on_change: &str) -> PathBuf {
+    sb.config(&format!(
+        "[service]\ncommand = {}\n{service}\n{}\n\
+         [[watch]]\nname = \"app\"\npaths = [{:?}]\npublish = {:?}\n\
+         check = {}\n{on_change}\n",
+        sb.service_toml(&["--config", &sb.path("pub/app.conf").display().to_string()]),
+        sb.readiness_toml(),
+        sb.path("vol").display().to_string(),
+        sb.path("pub").display().to_string(),
+        sh("grep good \"$TEND_CANDIDATE/app.conf\""),
+    ))
+}
+
+#[test]
+fn only_a_checked_copy_is_published_and_the_service_reads_it() {
+    let sb = Sandbox::new();
+    let vol = sb.path("vol");
+    project_mode(&vol, &[("app.conf", "good 1")], 0o400);
+    let cfg = config(&sb, "", "on_change = \"signal\"");
+    let _tend = sb.tend().config(&cfg).start_ready();
+    assert_eq!(
+        sb.wait_log("service start", 1, secs(5.0))[0]
+            .split(" config=")
+            .nth(1),
+        Some("good 1")
+    );
+    let published = sb.path("pub/app.conf");
+    let mode = fs::metadata(&published).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o400, "a Secret's mode is kept: {mode:o}");
+    assert_eq!(
+        fs::read_link(&published).unwrap(),
+        Path::new("..data/app.conf")
+    );
+
+    project_mode(&vol, &[("app.conf", "good 2")], 0o400);
+    sb.wait_log("service sig SIGHUP", 1, secs(10.0));
+    assert_eq!(sb.seen_on("SIGHUP"), ["good 2"]);
+
+    project_mode(&vol, &[("app.conf", "bad 3")], 0o400);
+    let status = sb.wait_state("invalid_config", secs(10.0));
+    assert_eq!(status["watches"][0]["result"], "invalid");
+    assert_eq!(fs::read_to_string(&published).unwrap(), "good 2");
+    assert_eq!(
+        generations(&sb.path("pub")).len(),
+        1,
+        "the rejected candidate is removed"
+    );
+    assert_eq!(
+        sb.seen_on("SIGHUP").len(),
+        1,
+        "no action for a rejected config"
+    );
+}
+
+#[test]
+fn a_crash_during_an_invalid_config_restarts_the_service_on_the_last_good_copy() {
+    let sb = Sandbox::new();
+    let vol = sb.path("vol");
+    project(&vol, &[("app.conf", "good 1")]);
+    let cfg = config(&sb, "restart = \"always\"", "on_change = \"restart\"");
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    project(&vol, &[("app.conf", "bad 2")]);
+    sb.wait_state("invalid_config", secs(10.0));
+    svc::kill(&mut tend, Signal::SIGKILL);
+    let starts = sb.wait_log("service start", 2, secs(10.0));
+    assert!(starts[1].ends_with(" config=good 1"), "{}", starts[1]);
+    let status = sb.wait_state("invalid_config", secs(5.0));
+    assert_eq!(status["service"]["restarts"], 1);
+    assert!(
+        status["service"]["pid"].is_number(),
+        "the service runs: {status}"
+    );
+    assert!(
+        !sb.is_ready(),
+        "not_ready: the new config is still rejected"
+    );
+
+    project(&vol, &[("app.conf", "good 3")]);
+    let starts = sb.wait_log("service start", 3, secs(10.0));
+    assert!(starts[2].ends_with(" config=good 3"), "{}", starts[2]);
+    sb.wait_ready(true, secs(5.0));
+}
+
+#[test]
+fn a_restarted_tend_starts_the_service_on_the_copy_published_before() {
+    let sb = Sandbox::new();
+    let vol = sb.path("vol");
+    project(&vol, &[("app.conf", "good 1")]);
+    let cfg = config(&sb, "", "on_change = \"restart\"");
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    tend.signal(Signal::SIGTERM);
+    assert_eq!(tend.wait(secs(10.0)), 0);
+
+    // The container restarts while the ConfigMap holds a bad edit.
+    project(&vol, &[("app.conf", "bad 2")]);
+    let _tend = sb.tend().config(&cfg).start();
+    let starts = sb.wait_log("service start", 2, secs(10.0));
+    assert!(starts[1].ends_with(" config=good 1"), "{}", starts[1]);
+    let status = sb.wait_state("invalid_config", secs(5.0));
+    assert!(
+        status["watches"][0]["check_output"]
+            .as_str()
+            .unwrap()
+            .contains("bad")
+            || status["watches"][0]["result"] == "invalid",
+        "{status}"
+    );
+    assert!(!sb.is_ready());
+    assert_eq!(
+        fs::read_to_string(sb.path("pub/app.conf")).unwrap(),
+        "good 1"
+    );
+}
+
+#[test]
+fn without_a_copy_published_before_a_rejected_mount_keeps_the_service_down() {
+    let sb = Sandbox::new();
+    project(&sb.path("vol"), &[("app.conf", "bad 1")]);
+    let cfg = config(&sb, "", "on_change = \"restart\"");
+    let mut tend = sb.tend().config(&cfg).start();
+    sb.wait_state("invalid_config", secs(10.0));
+    assert!(sb.log("service start").is_empty());
+    assert!(tend.is_running());
+}
+
+#[test]
+fn a_publish_directory_holding_files_tend_did_not_write_is_refused() {
+    let sb = Sandbox::new();
+    project(&sb.path("vol"), &[("app.conf", "good 1")]);
+    sb.write("pub/precious.conf", "keep me");
+    let cfg = config(&sb, "", "on_change = \"restart\"");
+    let (code, _, stderr) = sb.tend().config(&cfg).run(secs(10.0));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("precious.conf") && stderr.contains("did not publish"),
+        "{stderr}"
+    );
+    assert_eq!(
+        fs::read_to_string(sb.path("pub/precious.conf")).unwrap(),
+        "keep me"
+    );
+}
+
+/// A kubelet writer projects versions as fast as it can, each with two
+/// keys that must agree; every candidate the check sees, and every
+/// generation a reader finds published, has both keys from one version.
+#[test]
+fn a_kubelet_hammering_the_volume_never_yields_a_torn_generation() {
+    let sb = Sandbox::new();
+    let vol = sb.path("vol");
+    project(&vol, &[("a", "0"), ("b", "0")]);
+    let seen = sb.path("checked.log");
+    let check = sh(&format!(
+        "echo \"$(head -n1 \"$TEND_CANDIDATE/a\") $(head -n1 \"$TEND_CANDIDATE/b\")\" >> {}",
+        seen.display()
+    ));
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = {}\n{}\n\
+         [[watch]]\nname = \"app\"\npaths = [{:?}]\npublish = {:?}\ncheck = {check}\n\
+         on_change = \"none\"\ndebounce = \"1ms\"\n",
+        sb.service_toml(&[]),
+        sb.readiness_toml(),
+        vol.display().to_string(),
+        sb.path("pub").display().to_string(),
+    ));
+    let _tend = sb.tend().config(&cfg).start_ready();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (stop, dir) = (stop.clone(), sb.path("pub"));
+        std::thread::spawn(move || {
+            let mut reads = 0;
+            while !stop.load(Ordering::Relaxed) {
+                // One generation, read through one resolution of ..data.
+                let Ok(generation) = fs::read_link(dir.join("..data")) else {
+                    continue;
+                };
+                let g = dir.join(generation);
+                if let (Ok(a), Ok(b)) = (
+                    fs::read_to_string(g.join("a")),
+                    fs::read_to_string(g.join("b")),
+                ) {
+                    assert_eq!(a, b, "a published generation mixes two versions");
+                    reads += 1;
+                }
+            }
+            reads
+        })
+    };
+    let last = 300;
+    for v in 1..=last {
+        // Large enough that a copy takes a while: room for a swap mid-copy.
+        let v = format!("{v}\n{}", "x".repeat(100_000));
+        project(&vol, &[("a", &v), ("b", &v)]);
+    }
+    let want = format!("{last} {last}");
+    wait_for("the last version checked", secs(30.0), || {
+        fs::read_to_string(&seen)
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l == want)
+            .then_some(())
+    });
+    let first_line = |key: &str| {
+        let text = fs::read_to_string(sb.path("pub").join(key)).ok()?;
+        text.lines().next().map(String::from)
+    };
+    wait_for("the last version published", secs(10.0), || {
+        (first_line("a")? == last.to_string()).then_some(())
+    });
+    stop.store(true, Ordering::Relaxed);
+    assert!(reader.join().unwrap() > 0, "the reader read something");
+    let checked = fs::read_to_string(&seen).unwrap();
+    for line in checked.lines() {
+        let (a, b) = line.split_once(' ').unwrap();
+        assert_eq!(a, b, "a candidate mixes two versions: {line:?}");
+    }
+    assert_eq!(first_line("b"), Some(last.to_string()));
+    assert!(
+        generations(&sb.path("pub")).len() <= 2,
+        "{:?}",
+        generations(&sb.path("pub"))
+    );
+    sb.wait_state("ready", secs(10.0));
+    assert_eq!(generations(&sb.path("pub")).len(), 1);
+}
