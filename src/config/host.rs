@@ -147,6 +147,24 @@ fn watched_paths(config: &Config, spans: &Spans, text: &str, cwd: &Path) -> Vec<
                 ));
             }
         }
+        if let (Some(dir), Some(check)) = (&w.publish, &w.check)
+            && !check
+                .iter()
+                .any(|a| a.contains(super::CANDIDATE) || a.contains("TEND_CANDIDATE"))
+        {
+            warnings.push(at(
+                text,
+                ws.check.clone().unwrap_or_default(),
+                &format!(
+                    "watch {:?}: the check names neither {} nor $TEND_CANDIDATE: unless the \
+                     program reads $TEND_CANDIDATE itself, it checks the mount, not the copy \
+                     that is published to {}",
+                    w.name,
+                    super::CANDIDATE,
+                    dir.display()
+                ),
+            ));
+        }
     }
     warnings
 }
@@ -168,6 +186,15 @@ fn env_from(config: &Config, spans: &Spans, text: &str, cwd: &Path) -> Vec<Strin
                     resolved.display()
                 ),
             ));
+        }
+        // A published copy is there once tend has run.
+        let published = config
+            .watches
+            .iter()
+            .filter_map(|w| w.publish.as_ref())
+            .any(|dir| resolved.starts_with(normalize(&cwd.join(dir))));
+        if published {
+            continue;
         }
         if let Err(e) = envfile::read(&[resolved]) {
             warnings.push(at(
@@ -261,6 +288,37 @@ mod tests {
     /// The error or the warnings for `text` with relative paths taken from `cwd`.
     fn inspect_text(text: &str, cwd: &Path) -> Result<Vec<String>, String> {
         Config::parse_on_host(text, cwd).map(|(_, warnings)| warnings)
+    }
+
+    #[test]
+    fn publish_warns_of_a_check_of_the_mount_and_accepts_env_from_its_copy() {
+        let d = dir();
+        fs::create_dir(d.path().join("vol")).unwrap();
+        let watch = "[[watch]]\npaths = [\"vol\"]\npublish = \"pub\"\non_change = \"restart\"\n";
+        let text = format!(
+            "[service]\nenv_from = [\"pub\"]\n{watch}check = [\"test\", \"-s\", \"vol/a\"]\n"
+        );
+        let warnings = inspect_text(&text, d.path()).unwrap();
+        let joined = warnings.join("\n");
+        assert!(
+            joined.contains("names neither {candidate} nor $TEND_CANDIDATE"),
+            "{joined}"
+        );
+        assert!(
+            !joined.contains("read at every start"),
+            "the copy is not there yet: {joined}"
+        );
+        for check in [
+            "[\"test\", \"-s\", \"{candidate}/a\"]",
+            "[\"sh\", \"-c\", \"test -s $TEND_CANDIDATE/a\"]",
+        ] {
+            let text = format!("{watch}check = {check}\n");
+            let warnings = inspect_text(&text, d.path()).unwrap();
+            assert!(
+                !warnings.join("\n").contains("names neither"),
+                "{check}: {warnings:?}"
+            );
+        }
     }
 
     fn dir() -> tempfile::TempDir {
