@@ -161,6 +161,13 @@ pub struct Watch {
     /// check, laid out like a kubelet volume; the service reads it instead
     /// of the watched paths.
     pub publish: Option<PathBuf>,
+    /// Run after the action until it exits 0: the change is applied then.
+    pub verify: Option<Vec<String>>,
+    /// A verify that has not passed by then has failed: with `publish`, the
+    /// previous generation is put back.
+    pub verify_timeout: Duration,
+    /// A valid change waits a random time in [0, splay) before its action.
+    pub splay: Duration,
 }
 
 /// What a check's argv writes for the candidate generation's directory.
@@ -414,6 +421,16 @@ impl Config {
             if let Some(dir) = &w.publish {
                 writeln!(out, "publish = {}", quote(&dir.to_string_lossy())).unwrap();
             }
+            if let Some(argv) = &w.verify {
+                writeln!(out, "verify = {}", quote_list(argv)).unwrap();
+                writeln!(
+                    out,
+                    "verify_timeout = {}",
+                    quote(&format_duration(w.verify_timeout))
+                )
+                .unwrap();
+            }
+            writeln!(out, "splay = {}", quote(&format_duration(w.splay))).unwrap();
             match &w.action {
                 Action::Signal(sig) => {
                     out.push_str("on_change = \"signal\"\n");
@@ -619,6 +636,9 @@ struct RawWatch {
     http: Option<Spanned<RawHttp>>,
     debounce: Option<Dur>,
     publish: Option<Spanned<PathBuf>>,
+    verify: Option<Spanned<Argv>>,
+    verify_timeout: Option<Spanned<Dur>>,
+    splay: Option<Dur>,
 }
 
 impl RawWatch {
@@ -759,7 +779,23 @@ impl RawWatch {
                 ),
             ));
         }
+        if let (Some(t), None) = (&self.verify_timeout, &self.verify) {
+            return Err(at(
+                text,
+                t.span(),
+                &format!("{label}: `verify_timeout` is only used with `verify`"),
+            ));
+        }
+        let verify_timeout = not_zero(
+            text,
+            self.verify_timeout,
+            Duration::from_secs(30),
+            &format!("{label}: `verify_timeout` is 0: every change would be rolled back"),
+        )?;
         Ok(Watch {
+            verify: self.verify.map(|a| a.into_inner().0),
+            verify_timeout,
+            splay: self.splay.map_or(Duration::ZERO, |d| d.0),
             name,
             paths,
             check: check.map(|(_, argv)| argv),
@@ -1157,6 +1193,44 @@ debounce = "2m"
         ));
         assert!(
             e.starts_with("line 4") && e.contains("{candidate}, which exists only with `publish`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn verify_and_splay_are_per_watch() {
+        let w = "[[watch]]\npaths = [\"/x\"]\non_change = \"signal\"\n";
+        let c = Config::parse(w).unwrap();
+        assert_eq!(c.watches[0].verify, None);
+        assert_eq!(c.watches[0].splay, Duration::ZERO);
+        assert!(c.describe().contains("\nsplay = \"0s\"\n"));
+        let c = Config::parse(&format!(
+            "{w}verify = [\"curl\", \"-fs\", \"http://127.0.0.1/\"]\nverify_timeout = \"5s\"\nsplay = \"2m\"\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            c.watches[0].verify.as_deref(),
+            Some(&["curl".to_string(), "-fs".into(), "http://127.0.0.1/".into()][..])
+        );
+        assert_eq!(c.watches[0].verify_timeout, Duration::from_secs(5));
+        assert_eq!(c.watches[0].splay, Duration::from_secs(120));
+        let d = c.describe();
+        assert!(
+            d.contains("\nverify_timeout = \"5s\"\n") && d.contains("\nsplay = \"2m\"\n"),
+            "{d}"
+        );
+        let c = Config::parse(&format!("{w}verify = [\"true\"]\n")).unwrap();
+        assert_eq!(c.watches[0].verify_timeout, Duration::from_secs(30));
+        let e = err(&format!("{w}verify_timeout = \"5s\"\n"));
+        assert!(
+            e.starts_with("line 4") && e.contains("only used with `verify`"),
+            "{e}"
+        );
+        let e = err(&format!(
+            "{w}verify = [\"true\"]\nverify_timeout = \"0s\"\n"
+        ));
+        assert!(
+            e.starts_with("line 5") && e.contains("`verify_timeout` is 0"),
             "{e}"
         );
     }

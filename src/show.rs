@@ -108,6 +108,7 @@ mod tests {
                 result: WatchResult::Invalid,
                 check_output: "nginx: [emerg] unknown directive \"x\"\ntest failed\n".into(),
                 changed_at: Some("2026-01-02T03:04:05Z".into()),
+                action_at: None,
             }],
             updated_at: "2026-01-02T03:04:06Z".into(),
         };

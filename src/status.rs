@@ -69,6 +69,10 @@ pub enum WatchResult {
     Applied,
     Invalid,
     ActionFailed,
+    /// Applied; `verify` has not passed yet.
+    Verifying,
+    /// `verify` did not pass in time: the previous generation was put back.
+    RolledBack,
 }
 
 impl WatchResult {
@@ -78,7 +82,14 @@ impl WatchResult {
             WatchResult::Applied => "applied",
             WatchResult::Invalid => "invalid",
             WatchResult::ActionFailed => "action_failed",
+            WatchResult::Verifying => "verifying",
+            WatchResult::RolledBack => "rolled_back",
         }
+    }
+
+    /// The newest content was rejected: by its check, or by its verify.
+    pub fn rejected(self) -> bool {
+        matches!(self, WatchResult::Invalid | WatchResult::RolledBack)
     }
 }
 
@@ -121,6 +132,9 @@ pub struct WatchStatus {
     pub result: WatchResult,
     pub check_output: String,
     pub changed_at: Option<String>,
+    /// A valid change waits for its `splay` until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action_at: Option<String>,
 }
 
 /// Keeps the ready file and the status file saying what tend last
@@ -443,6 +457,7 @@ mod tests {
                 result: WatchResult::ActionFailed,
                 check_output: "ok\n".into(),
                 changed_at: None,
+                action_at: None,
             }],
             updated_at: String::new(),
         }

@@ -110,6 +110,7 @@ impl Supervisor {
             ready_timeout: config.service.ready_timeout,
             overlap: config.service.restart_mode == RestartMode::Overlap,
             ready_when_invalid: config.readiness.invalid_config == InvalidConfig::Ready,
+            seed: random_seed(),
         };
         let watcher = Watcher::new(
             &config.watches,
@@ -182,9 +183,23 @@ impl Supervisor {
                     watch,
                     fingerprint,
                     candidate,
+                    keep_previous,
+                } => {
+                    self.watcher.ask(Request::Publish {
+                        watch,
+                        fingerprint,
+                        candidate,
+                        keep_previous,
+                    });
+                    None
+                }
+                Command::Rollback {
+                    watch,
+                    fingerprint,
+                    generation,
                 } => {
                     self.watcher
-                        .ask(Request::Publish(watch, fingerprint, candidate));
+                        .ask(Request::Rollback(watch, fingerprint, generation));
                     None
                 }
                 Command::Discard { watch, candidate } => {
@@ -394,6 +409,15 @@ impl Supervisor {
                 fingerprint,
                 result,
             },
+            Done::RolledBack {
+                watch,
+                fingerprint,
+                result,
+            } => Event::RolledBack {
+                watch,
+                fingerprint,
+                result,
+            },
         }));
         Ok(())
     }
@@ -437,6 +461,24 @@ fn own_files(readiness: &crate::config::Readiness) -> Vec<PathBuf> {
         .chain(&readiness.status_file)
         .cloned()
         .collect()
+}
+
+/// A seed for the splay waits, different in every replica.
+fn random_seed() -> u64 {
+    let mut bytes = [0u8; 8];
+    // SAFETY: getrandom writes at most bytes.len() bytes into bytes.
+    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if n != bytes.len() as isize {
+        tracing::warn!(
+            "getrandom() failed ({}): splay waits use the clock as their seed",
+            std::io::Error::last_os_error()
+        );
+        return SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            ^ u64::from(std::process::id());
+    }
+    u64::from_ne_bytes(bytes)
 }
 
 fn clock() -> Now {

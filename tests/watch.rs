@@ -262,25 +262,16 @@ fn an_idle_tend_does_not_wake_up() {
         "check = [\"true\"]\n",
     );
     let mut tend = sb.tend().config(&cfg).start_ready();
-    let pid = tend.pid();
-    // Every thread of tend: the loop's and the watcher's.
-    let switches = || {
-        let mut n = 0;
-        for task in fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
-            let status = fs::read_to_string(task.path().join("status")).unwrap();
-            n += status
-                .lines()
-                .filter(|l| l.contains("ctxt_switches"))
-                .map(|l| l.split_whitespace().last().unwrap().parse::<u64>().unwrap())
-                .sum::<u64>();
-        }
-        n
-    };
     // Let the debounce of the start-up settle.
     quiet(0.5);
-    let before = switches();
+    // Every thread of tend: the loop's and the watcher's.
+    let before = tend.context_switches();
     quiet(3.0);
-    assert_eq!(switches(), before, "tend woke up while nothing happened");
+    assert_eq!(
+        tend.context_switches(),
+        before,
+        "tend woke up while nothing happened"
+    );
 }
 
 /// Runs tend in a new user namespace whose inotify limit `limit` is `value`,

@@ -103,8 +103,15 @@ pub enum Event {
         fingerprint: Fingerprint,
         result: Result<PathBuf, SnapshotError>,
     },
-    /// The result of a [`Command::Publish`].
+    /// The result of a [`Command::Publish`], with the generation it
+    /// replaced when that was kept.
     Published {
+        watch: WatchId,
+        fingerprint: Fingerprint,
+        result: Result<Option<PathBuf>, String>,
+    },
+    /// The result of a [`Command::Rollback`].
+    RolledBack {
         watch: WatchId,
         fingerprint: Fingerprint,
         result: Result<(), String>,
@@ -185,12 +192,21 @@ pub enum Command {
         watch: WatchId,
         fingerprint: Fingerprint,
     },
-    /// Make this candidate the published generation; answered by
+    /// Make this candidate the published generation (keeping the one it
+    /// replaces, to roll back to, when asked); answered by
     /// [`Event::Published`].
     Publish {
         watch: WatchId,
         fingerprint: Fingerprint,
         candidate: PathBuf,
+        keep_previous: bool,
+    },
+    /// Publish this earlier generation again: `verify` failed for the
+    /// content `fingerprint`. Answered by [`Event::RolledBack`].
+    Rollback {
+        watch: WatchId,
+        fingerprint: Fingerprint,
+        generation: PathBuf,
     },
     /// Remove a candidate that will not be published.
     Discard { watch: WatchId, candidate: PathBuf },
@@ -243,6 +259,9 @@ pub struct Settings {
     /// `[readiness] invalid_config = "ready"`: a rejected change does not
     /// turn readiness off while the service runs its last good config.
     pub ready_when_invalid: bool,
+    /// Seeds the random waits of `splay` (from the shell: the core reads no
+    /// entropy itself).
+    pub seed: u64,
 }
 
 impl Settings {
@@ -349,6 +368,8 @@ struct Job {
 #[derive(Debug, Clone)]
 enum JobRole {
     Check(WatchId, Fingerprint),
+    /// `verify` of this applied content.
+    Verify(WatchId, Fingerprint),
     Exec(Vec<WatchId>),
     /// `ready_check` for this instance.
     ReadyCheck(Pid),
@@ -362,6 +383,22 @@ enum Pending {
     },
     Job(JobRole, Duration),
 }
+
+/// A watch's `verify` in progress.
+#[derive(Debug)]
+struct Verification {
+    fp: Fingerprint,
+    /// Not passed by then: failed.
+    deadline: Instant,
+    /// When it runs next (None while it runs).
+    next_at: Option<Instant>,
+    delay: Duration,
+    output: String,
+}
+
+/// `verify` runs again after a failure, backing off up to this.
+const VERIFY_AGAIN_INITIAL: Duration = Duration::from_millis(250);
+const VERIFY_AGAIN_MAX: Duration = Duration::from_secs(2);
 
 /// ready_check runs again after a failure, backing off up to this.
 const READY_CHECK_MAX: Duration = Duration::from_secs(1);
@@ -390,13 +427,15 @@ pub struct Core {
     ready_check_delay: Duration,
     /// The last STATUS= text of each instance.
     statuses: BTreeMap<Pid, String>,
+    verifications: BTreeMap<WatchId, Verification>,
+    /// splitmix64's state, for splay.
+    rng: u64,
     out: Vec<Command>,
 }
 
 impl Core {
     pub fn new(settings: Settings, watches: &[config::Watch]) -> Core {
         Core {
-            settings,
             watches: watches.to_vec(),
             phase: Phase::Starting,
             pipeline: Pipeline::new(watches),
@@ -412,8 +451,26 @@ impl Core {
             ready_check_at: None,
             ready_check_delay: READY_CHECK_INITIAL,
             statuses: BTreeMap::new(),
+            verifications: BTreeMap::new(),
+            rng: settings.seed,
+            settings,
             out: Vec::new(),
         }
+    }
+
+    /// A uniformly random duration in [0, `below`), to the microsecond.
+    fn random_below(&mut self, below: Duration) -> Duration {
+        let micros = below.as_micros() as u64;
+        if micros == 0 {
+            return Duration::ZERO;
+        }
+        // splitmix64: no cryptography, just an even spread across replicas.
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        Duration::from_micros(z % micros)
     }
 
     /// An earlier tend published `generation` for watch `id`: the service
@@ -457,6 +514,11 @@ impl Core {
                 fingerprint,
                 result,
             } => self.on_published(watch, fingerprint, result, now),
+            Event::RolledBack {
+                watch,
+                fingerprint,
+                result,
+            } => self.on_rolled_back(watch, fingerprint, result),
         }
         self.on_time(now);
         self.advance(now);
@@ -502,12 +564,21 @@ impl Core {
         .flatten()
         .min()
         .filter(|_| watching);
+        let verifying = self
+            .verifications
+            .values()
+            .flat_map(|v| [Some(v.deadline), v.next_at])
+            .flatten()
+            .min()
+            .filter(|_| watching);
         [
             phase,
             jobs,
             stopping,
             readiness,
+            verifying,
             self.pipeline.recheck_deadline().filter(|_| watching),
+            self.pipeline.splay_deadline().filter(|_| watching),
             self.pipeline.retry_deadline().filter(|_| acting),
         ]
         .into_iter()
@@ -586,6 +657,7 @@ impl Core {
                     result: r.result,
                     check_output: crate::text::escape_keeping_lines(r.check_output),
                     changed_at: r.changed_at.map(crate::time::rfc3339_millis),
+                    action_at: r.action_at.map(crate::time::rfc3339_millis),
                 })
                 .collect(),
             updated_at: String::new(),
@@ -809,6 +881,9 @@ impl Core {
                 }
                 self.on_check_result(id, fp, passed, &describe, took, output, now);
             }
+            JobRole::Verify(id, fp) => {
+                self.on_verify_result(id, fp, passed, &describe, output, now)
+            }
             JobRole::ReadyCheck(pid) => {
                 if passed {
                     tracing::debug!(pid = pid.as_raw(), took = ?took, "ready_check passed");
@@ -857,20 +932,7 @@ impl Core {
         let verdict = self
             .pipeline
             .check_finished(id, fp, passed, output, now.mono);
-        if let Some(candidate) = self.pipeline.take_candidate(id) {
-            self.out.push(if verdict == Verdict::Passed {
-                Command::Publish {
-                    watch: id,
-                    fingerprint: fp,
-                    candidate,
-                }
-            } else {
-                Command::Discard {
-                    watch: id,
-                    candidate,
-                }
-            });
-        }
+        self.after_verdict(id, fp, verdict, now);
         match verdict {
             Verdict::Stale => tracing::info!(
                 watch = name,
@@ -891,6 +953,33 @@ impl Core {
                     "check failed ({describe}): {consequence}; checking again in {recheck_in:?}{tail}"
                 );
             }
+        }
+    }
+
+    /// What follows a check's verdict: a passing change waits for its
+    /// splay (only while the service runs: a start never waits), then is
+    /// published; a rejected candidate is removed.
+    fn after_verdict(&mut self, id: WatchId, fp: Fingerprint, verdict: Verdict, now: Now) {
+        let running = matches!(self.phase, Phase::Running(_) | Phase::Overlapping { .. });
+        let splay = self.watches[id.0].splay;
+        let wait = if verdict == Verdict::Passed && running {
+            self.random_below(splay)
+        } else {
+            Duration::ZERO
+        };
+        if !wait.is_zero() {
+            tracing::info!(
+                watch = self.pipeline.name(id),
+                "the new config waits {wait:.1?} (splay = {splay:?}) before it is applied"
+            );
+            self.pipeline.hold(id, fp, now.mono + wait, now.wall + wait);
+        } else if verdict == Verdict::Passed {
+            self.publish(id, fp);
+        } else if let Some(candidate) = self.pipeline.take_candidate(id) {
+            self.out.push(Command::Discard {
+                watch: id,
+                candidate,
+            });
         }
     }
 
@@ -1057,6 +1146,10 @@ impl Core {
                     JobRole::ReadyCheck(_) => {
                         tracing::debug!(pid = pid.as_raw(), "running ready_check");
                     }
+                    JobRole::Verify(id, _) => {
+                        let w = &self.watches[id.0];
+                        tracing::debug!(watch = w.name, pid = pid.as_raw(), "running verify");
+                    }
                 }
                 self.jobs.push(Job {
                     pid,
@@ -1084,6 +1177,10 @@ impl Core {
                 for id in ids {
                     self.pipeline.action_finished(id, false, now.mono);
                 }
+            }
+            (Pending::Job(JobRole::Verify(id, fp), _), Err(e)) => {
+                let msg = e.message.clone();
+                self.on_verify_result(id, fp, false, &msg, e.message, now);
             }
             (Pending::Job(JobRole::ReadyCheck(pid), _), Err(e)) => {
                 tracing::warn!("cannot run ready_check: {}", e.message);
@@ -1119,6 +1216,13 @@ impl Core {
                 old.short(),
                 c.fingerprint.short()
             ),
+        }
+        // A candidate that waited for its splay is replaced by the newer one.
+        if let Some(candidate) = self.pipeline.orphaned_candidate(c.watch) {
+            self.out.push(Command::Discard {
+                watch: c.watch,
+                candidate,
+            });
         }
     }
 
@@ -1232,11 +1336,25 @@ impl Core {
             _ => {}
         }
         if self.pipeline_runs() {
+            let overdue: Vec<WatchId> = self
+                .verifications
+                .iter()
+                .filter(|(_, v)| now.mono >= v.deadline)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in overdue {
+                self.verify_timed_out(id, now);
+            }
+            for (id, fp) in self.pipeline.splays_due(now.mono) {
+                self.publish(id, fp);
+            }
             for id in self.pipeline.rechecks_due(now.mono) {
-                tracing::info!(
-                    watch = self.pipeline.name(id),
-                    "checking the rejected config again"
-                );
+                if self.pipeline.result(id) == crate::status::WatchResult::Invalid {
+                    tracing::info!(
+                        watch = self.pipeline.name(id),
+                        "checking the rejected config again"
+                    );
+                }
             }
         }
     }
@@ -1290,6 +1408,8 @@ impl Core {
             }
             _ => {}
         }
+        // After the actions: one applied just now is verified at once.
+        self.run_verifications(now);
     }
 
     fn start_check(&mut self, id: WatchId, fp: Fingerprint, now: Now) {
@@ -1305,8 +1425,10 @@ impl Core {
         let w = &self.watches[id.0];
         match &w.check {
             None => {
-                self.pipeline
+                let verdict = self
+                    .pipeline
                     .check_finished(id, fp, true, String::new(), now.mono);
+                self.after_verdict(id, fp, verdict, now);
             }
             Some(argv) => {
                 let (argv, timeout) = (argv.clone(), w.check_timeout);
@@ -1316,6 +1438,139 @@ impl Core {
                     Pending::Job(JobRole::Check(id, fp), timeout),
                 );
             }
+        }
+    }
+
+    /// The previous generation is published again (or not): the action
+    /// runs again so the service reads it.
+    fn on_rolled_back(&mut self, id: WatchId, fp: Fingerprint, result: Result<(), String>) {
+        let name = self.pipeline.name(id).to_string();
+        match &result {
+            Ok(()) => tracing::warn!(
+                watch = name,
+                "put the previous config back: applying it again; the rejected config is not \
+                 applied again until it changes"
+            ),
+            Err(why) => tracing::error!(
+                watch = name,
+                "cannot put the previous config back: {why}; the service keeps the new one"
+            ),
+        }
+        self.pipeline.rolled_back(id, fp, result);
+    }
+
+    /// A `verify` run ended.
+    fn on_verify_result(
+        &mut self,
+        id: WatchId,
+        fp: Fingerprint,
+        passed: bool,
+        describe: &str,
+        output: String,
+        now: Now,
+    ) {
+        let name = self.pipeline.name(id).to_string();
+        let Some(v) = self.verifications.get_mut(&id).filter(|v| v.fp == fp) else {
+            return;
+        };
+        if passed {
+            self.verifications.remove(&id);
+            tracing::info!(watch = name, "verify passed: config applied");
+            if let Some(previous) = self.pipeline.verified(id, fp, output) {
+                self.out.push(Command::Discard {
+                    watch: id,
+                    candidate: previous,
+                });
+            }
+            return;
+        }
+        tracing::debug!(watch = name, "verify failed ({describe}); running it again");
+        v.output = output;
+        v.next_at = Some(now.mono + v.delay);
+        v.delay = (v.delay * 2).min(VERIFY_AGAIN_MAX);
+        if v.next_at.is_some_and(|at| at >= v.deadline) {
+            // No time for another run: it has failed at its deadline.
+            v.next_at = None;
+        }
+    }
+
+    /// `verify` of watch `id` did not pass within `verify_timeout`.
+    fn verify_timed_out(&mut self, id: WatchId, now: Now) {
+        let Some(v) = self.verifications.remove(&id) else {
+            return;
+        };
+        if let Some(j) = self
+            .jobs
+            .iter_mut()
+            .find(|j| matches!(j.role, JobRole::Verify(w, _) if w == id))
+        {
+            // Its result no longer matters.
+            j.timed_out = true;
+            let pid = j.pid;
+            self.signal_group(pid, Signal::SIGKILL as i32);
+        }
+        let name = self.pipeline.name(id).to_string();
+        let timeout = self.watches[id.0].verify_timeout;
+        let tail = crate::text::for_log(&v.output);
+        let mut output = v.output;
+        output.push_str(&format!("\n[tend: verify did not pass within {timeout:?}]"));
+        match self.pipeline.verify_failed(id, v.fp, output) {
+            Some(generation) => {
+                tracing::error!(
+                    watch = name,
+                    "verify did not pass within {timeout:?}: rolling back to the previous config{tail}"
+                );
+                self.out.push(Command::Rollback {
+                    watch: id,
+                    fingerprint: v.fp,
+                    generation,
+                });
+            }
+            None => tracing::error!(
+                watch = name,
+                "verify did not pass within {timeout:?}: the action failed; without `publish` \
+                 there is no previous config to roll back to{tail}"
+            ),
+        }
+        let _ = now;
+    }
+
+    /// Starts and runs again the `verify` of every watch that needs it.
+    fn run_verifications(&mut self, now: Now) {
+        for (id, fp) in self.pipeline.verifying() {
+            if self.verifications.get(&id).is_none_or(|v| v.fp != fp) {
+                self.verifications.insert(
+                    id,
+                    Verification {
+                        fp,
+                        deadline: now.mono + self.watches[id.0].verify_timeout,
+                        next_at: Some(now.mono),
+                        delay: VERIFY_AGAIN_INITIAL,
+                        output: String::new(),
+                    },
+                );
+            }
+        }
+        let due: Vec<(WatchId, Fingerprint, Duration)> = self
+            .verifications
+            .iter_mut()
+            .filter_map(|(id, v)| {
+                let at = v.next_at?;
+                (at <= now.mono).then(|| {
+                    v.next_at = None;
+                    (*id, v.fp, v.deadline.saturating_duration_since(now.mono))
+                })
+            })
+            .collect();
+        for (id, fp, left) in due {
+            let Some(argv) = self.watches[id.0].verify.clone() else {
+                continue;
+            };
+            self.spawn(
+                argv,
+                SpawnKind::Job,
+                Pending::Job(JobRole::Verify(id, fp), left.max(Duration::from_millis(1))),
+            );
         }
     }
 
@@ -1380,16 +1635,51 @@ impl Core {
         }
     }
 
+    /// Publishes the candidate of `fp` of watch `id`, if it has one. The
+    /// generation it replaces is kept when an action will be verified.
+    fn publish(&mut self, id: WatchId, fp: Fingerprint) {
+        if let Some(candidate) = self.pipeline.take_candidate(id) {
+            self.out.push(Command::Publish {
+                watch: id,
+                fingerprint: fp,
+                candidate,
+                keep_previous: self.watches[id.0].verify.is_some(),
+            });
+        }
+    }
+
     /// The candidate of `fp` is published (or not): its action follows.
-    fn on_published(&mut self, id: WatchId, fp: Fingerprint, result: Result<(), String>, now: Now) {
+    fn on_published(
+        &mut self,
+        id: WatchId,
+        fp: Fingerprint,
+        result: Result<Option<PathBuf>, String>,
+        now: Now,
+    ) {
         let name = self.pipeline.name(id).to_string();
         match result {
-            Ok(()) if self.pipeline.published(id, fp) => tracing::info!(
-                watch = name,
-                fingerprint = fp.short(),
-                "published the new config"
-            ),
-            Ok(()) => {}
+            Ok(previous) => {
+                // Only an action on a running service is verified (and
+                // rolled back): a start is not.
+                let acting = matches!(self.phase, Phase::Running(_) | Phase::Overlapping { .. });
+                let previous = match previous {
+                    Some(p) if !acting => {
+                        self.out.push(Command::Discard {
+                            watch: id,
+                            candidate: p,
+                        });
+                        None
+                    }
+                    p => p,
+                };
+                if self.pipeline.published(id, fp, previous) {
+                    tracing::info!(
+                        watch = name,
+                        fingerprint = fp.short(),
+                        "published the new config"
+                    );
+                }
+            }
             Err(why) => {
                 let again = self.pipeline.fault(id, fp, why.clone(), now.mono);
                 tracing::error!(

@@ -50,11 +50,18 @@ enum Stage {
     /// The newest content waits for its check.
     NeedsCheck,
     Checking(Fingerprint),
+    /// Passed its check; waits for its `splay` until then, and is published
+    /// (or becomes [`Stage::Valid`]) after.
+    Splaying(Fingerprint, Instant),
     /// Passed its check on a candidate copy, which is being published.
     Publishing(Fingerprint),
     /// Passed its check; its action waits for the next batch.
     Valid(Fingerprint),
     Acting(Fingerprint),
+    /// Applied; `verify` runs until it passes or its time is up.
+    Verifying(Fingerprint),
+    /// `verify` failed: the previous generation is being put back.
+    RollingBack(Fingerprint),
     /// The action failed; try it again then.
     RetryAt(Fingerprint, Instant),
     /// The check failed; check the same content again then.
@@ -80,6 +87,16 @@ struct Entry {
     published: Option<Published>,
     /// The candidate copy being checked or published.
     candidate: Option<PathBuf>,
+    /// The watch has a `verify`.
+    verify: bool,
+    /// The generation published before the one being verified, kept to
+    /// roll back to, and what it holds.
+    previous: Option<(PathBuf, Published)>,
+    /// The action runs again to put the service back on the previous
+    /// generation; the watch is rolled_back once it did.
+    reapplying: bool,
+    /// The end of the splay wait, for the status file.
+    action_at: Option<SystemTime>,
     /// The newest content seen.
     seen: Option<Fingerprint>,
     /// The newest content that passed its check.
@@ -136,6 +153,7 @@ pub struct Report<'a> {
     pub result: WatchResult,
     pub check_output: &'a str,
     pub changed_at: Option<SystemTime>,
+    pub action_at: Option<SystemTime>,
 }
 
 pub struct Pipeline {
@@ -157,7 +175,7 @@ impl Entry {
         let decided = passed
             || matches!(
                 self.result,
-                WatchResult::Invalid | WatchResult::ActionFailed
+                WatchResult::Invalid | WatchResult::ActionFailed | WatchResult::RolledBack
             );
         self.published.is_some() && decided
     }
@@ -175,6 +193,10 @@ impl Pipeline {
                     publish: w.publish.is_some(),
                     published: None,
                     candidate: None,
+                    verify: w.verify.is_some(),
+                    previous: None,
+                    reapplying: false,
+                    action_at: None,
                     seen: None,
                     passed: None,
                     stage: Stage::Idle,
@@ -199,6 +221,10 @@ impl Pipeline {
 
     pub fn name(&self, id: WatchId) -> &str {
         &self.entries[id.0].name
+    }
+
+    pub fn result(&self, id: WatchId) -> WatchResult {
+        self.entries[id.0].result
     }
 
     /// An earlier tend published a generation for watch `id`.
@@ -255,13 +281,65 @@ impl Pipeline {
         again_in
     }
 
-    /// The candidate of `fp` is the published generation now; true when
-    /// that was still wanted (it was).
-    pub fn published(&mut self, id: WatchId, fp: Fingerprint) -> bool {
+    /// A candidate that waits in no stage any more (newer content replaced
+    /// a change in its splay wait): to be removed.
+    pub fn orphaned_candidate(&mut self, id: WatchId) -> Option<PathBuf> {
+        let e = self.entry(id);
+        match e.stage {
+            Stage::Checking(_) | Stage::Splaying(..) | Stage::Publishing(_) => None,
+            _ => e.candidate.take(),
+        }
+    }
+
+    /// `fp` passed its check: it waits until `until` (`wall` for the status
+    /// file) before it is published or its action runs.
+    pub fn hold(&mut self, id: WatchId, fp: Fingerprint, until: Instant, wall: SystemTime) {
+        let e = self.entry(id);
+        if matches!(e.stage, Stage::Valid(f) | Stage::Publishing(f) if f == fp) {
+            e.stage = Stage::Splaying(fp, until);
+            e.action_at = Some(wall);
+        }
+    }
+
+    /// The splay waits that are over: those watches move on (to
+    /// publishing, returned, or to their action).
+    pub fn splays_due(&mut self, now: Instant) -> Vec<(WatchId, Fingerprint)> {
+        let mut publish = Vec::new();
+        for (i, e) in self.entries.iter_mut().enumerate() {
+            if let Stage::Splaying(fp, at) = e.stage
+                && at <= now
+            {
+                e.action_at = None;
+                if e.publish {
+                    e.stage = Stage::Publishing(fp);
+                    publish.push((WatchId(i), fp));
+                } else {
+                    e.stage = Stage::Valid(fp);
+                }
+            }
+        }
+        publish
+    }
+
+    pub fn splay_deadline(&self) -> Option<Instant> {
+        self.entries
+            .iter()
+            .filter_map(|e| match e.stage {
+                Stage::Splaying(_, at) => Some(at),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// The candidate of `fp` is the published generation now, and the one
+    /// published before is `previous` (kept for a rollback, when the watch
+    /// verifies); true when that was still wanted (it was).
+    pub fn published(&mut self, id: WatchId, fp: Fingerprint, previous: Option<PathBuf>) -> bool {
         let e = self.entry(id);
         if e.stage != Stage::Publishing(fp) {
             return false;
         }
+        e.previous = previous.zip(e.published);
         e.published = Some(Published::Now(fp));
         e.passed = Some(fp);
         // The service is told even if newer content arrived meanwhile: the
@@ -283,12 +361,21 @@ impl Pipeline {
         e.recheck_delay = e.recheck;
         match e.stage {
             // Picked up when the running check or action finishes.
-            Stage::Checking(_) | Stage::Publishing(_) | Stage::Acting(_) => {}
+            Stage::Checking(_)
+            | Stage::Publishing(_)
+            | Stage::Acting(_)
+            | Stage::Verifying(_)
+            | Stage::RollingBack(_) => {}
+            // The newer content wins over a change still waiting.
             Stage::Idle
             | Stage::NeedsCheck
+            | Stage::Splaying(..)
             | Stage::Valid(_)
             | Stage::RetryAt(..)
-            | Stage::RecheckAt(..) => e.stage = Stage::NeedsCheck,
+            | Stage::RecheckAt(..) => {
+                e.stage = Stage::NeedsCheck;
+                e.action_at = None;
+            }
         }
         match previous {
             None => Observed::First,
@@ -398,9 +485,25 @@ impl Pipeline {
             } else {
                 e.seen
             };
-            if let Stage::Valid(fp) | Stage::Acting(fp) | Stage::RetryAt(fp, _) = e.stage
+            if e.reapplying
+                && matches!(
+                    e.stage,
+                    Stage::Valid(_) | Stage::Acting(_) | Stage::RetryAt(..)
+                )
+            {
+                // It started on the generation put back: that was the point.
+                e.reapplying = false;
+                e.stage = Stage::Idle;
+                e.retry_delay = RETRY_INITIAL;
+                continue;
+            }
+            if let Stage::Valid(fp)
+            | Stage::Acting(fp)
+            | Stage::RetryAt(fp, _)
+            | Stage::Splaying(fp, _) = e.stage
                 && read == Some(fp)
             {
+                e.action_at = None;
                 e.stage = Stage::Idle;
                 e.retry_delay = RETRY_INITIAL;
             }
@@ -469,11 +572,24 @@ impl Pipeline {
         let e = self.entry(id);
         let Stage::Acting(fp) = e.stage else { return };
         let superseded = e.seen != Some(fp);
-        if ok {
+        if ok && e.reapplying {
+            // Back on the previous generation: the rejected content stays
+            // seen, and is not applied again until it changes.
+            e.reapplying = false;
+            e.retry_delay = RETRY_INITIAL;
+            e.stage = if superseded {
+                Stage::NeedsCheck
+            } else {
+                Stage::Idle
+            };
+        } else if ok {
             e.good = true;
             e.retry_delay = RETRY_INITIAL;
             if superseded {
                 e.stage = Stage::NeedsCheck;
+            } else if e.verify {
+                e.stage = Stage::Verifying(fp);
+                e.result = WatchResult::Verifying;
             } else {
                 e.stage = Stage::Idle;
                 e.result = WatchResult::Applied;
@@ -486,6 +602,89 @@ impl Pipeline {
                 e.result = WatchResult::ActionFailed;
                 e.stage = Stage::RetryAt(fp, now + e.retry_delay);
                 e.retry_delay = (e.retry_delay * 2).min(RETRY_MAX);
+            }
+        }
+    }
+
+    /// Watches whose `verify` should be running: applied, not yet verified.
+    pub fn verifying(&self) -> Vec<(WatchId, Fingerprint)> {
+        self.entries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| match e.stage {
+                Stage::Verifying(fp) => Some((WatchId(i), fp)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// `verify` passed for `fp`: it is applied. Returns the generation kept
+    /// for a rollback, no longer needed.
+    pub fn verified(&mut self, id: WatchId, fp: Fingerprint, output: String) -> Option<PathBuf> {
+        let e = self.entry(id);
+        if e.stage != Stage::Verifying(fp) {
+            return None;
+        }
+        e.check_output = output;
+        e.result = WatchResult::Applied;
+        e.stage = if e.seen == Some(fp) {
+            Stage::Idle
+        } else {
+            Stage::NeedsCheck
+        };
+        e.previous.take().map(|(dir, _)| dir)
+    }
+
+    /// `verify` did not pass in time for `fp` (its last `output`). Returns
+    /// the generation to put back, when there is one (with `publish`);
+    /// otherwise the action failed, and the content stays as it is.
+    pub fn verify_failed(
+        &mut self,
+        id: WatchId,
+        fp: Fingerprint,
+        output: String,
+    ) -> Option<PathBuf> {
+        let e = self.entry(id);
+        if e.stage != Stage::Verifying(fp) {
+            return None;
+        }
+        e.check_output = output;
+        e.good = false;
+        if let Some((dir, _)) = &e.previous {
+            e.stage = Stage::RollingBack(fp);
+            e.result = WatchResult::RolledBack;
+            return Some(dir.clone());
+        }
+        e.result = WatchResult::ActionFailed;
+        e.stage = if e.seen == Some(fp) {
+            Stage::Idle
+        } else {
+            Stage::NeedsCheck
+        };
+        None
+    }
+
+    /// The previous generation is published again (`ok`), or could not be
+    /// (`why`): then the action runs again, so the service reads it.
+    pub fn rolled_back(&mut self, id: WatchId, fp: Fingerprint, result: Result<(), String>) {
+        let e = self.entry(id);
+        if e.stage != Stage::RollingBack(fp) {
+            return;
+        }
+        let Some((_, previous)) = e.previous.take() else {
+            return;
+        };
+        match result {
+            Ok(()) => {
+                e.published = Some(previous);
+                e.reapplying = true;
+                e.stage = Stage::Valid(fp);
+            }
+            Err(why) => {
+                e.result = WatchResult::ActionFailed;
+                e.check_output
+                    .push_str(&format!("\n[tend: the rollback failed: {why}]"));
+                e.stage = Stage::Idle;
             }
         }
     }
@@ -526,13 +725,13 @@ impl Pipeline {
     pub fn all_good(&self, invalid_ok: bool) -> bool {
         self.entries
             .iter()
-            .all(|e| e.good || (invalid_ok && e.result == WatchResult::Invalid))
+            .all(|e| e.good || (invalid_ok && e.result.rejected()))
     }
 
+    /// A watch's newest content was rejected (by its check, or by its
+    /// verify and rolled back).
     pub fn any_invalid(&self) -> bool {
-        self.entries
-            .iter()
-            .any(|e| e.result == WatchResult::Invalid)
+        self.entries.iter().any(|e| e.result.rejected())
     }
 
     /// Something is moving through the pipeline (rechecks of a failed check
@@ -557,6 +756,7 @@ impl Pipeline {
             result: e.result,
             check_output: &e.check_output,
             changed_at: e.changed_at,
+            action_at: e.action_at,
         })
     }
 }

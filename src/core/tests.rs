@@ -54,6 +54,7 @@ impl Fake {
             ready_timeout: Duration::from_secs(30),
             overlap: false,
             ready_when_invalid: false,
+            seed: 1,
         };
         tweak(&mut settings);
         Fake {
@@ -1157,10 +1158,22 @@ impl Fake {
     }
 
     fn publication(&mut self, n: u8, result: Result<(), &str>) -> Vec<Command> {
+        self.published_over(n, result, None)
+    }
+
+    /// The publication of content `n`, which replaced `previous` (kept).
+    fn published_over(
+        &mut self,
+        n: u8,
+        result: Result<(), &str>,
+        previous: Option<&str>,
+    ) -> Vec<Command> {
         self.send(Event::Published {
             watch: WatchId(0),
             fingerprint: test_fingerprint(n),
-            result: result.map_err(String::from),
+            result: result
+                .map(|()| previous.map(PathBuf::from))
+                .map_err(String::from),
         })
     }
 
@@ -1324,4 +1337,231 @@ fn a_candidate_whose_check_result_came_too_late_is_discarded() {
     f.signal(TERM);
     let c = f.snapshot(3, Ok("/pub/..g3"));
     assert_eq!(discarded(&c).as_deref(), Some(Path::new("/pub/..g3")));
+}
+
+// ---------------------------------------------------------------- verify, rollback, splay
+
+const VERIFIED: &str = "[[watch]]\nname = \"app\"\npaths = [\"/a\"]\npublish = \"/pub\"\n\
+                        check = [\"check\", \"{candidate}/app.conf\"]\non_change = \"signal\"\n\
+                        verify = [\"verify\"]\nverify_timeout = \"5s\"\n";
+
+fn rollback_asked(commands: &[Command]) -> Option<PathBuf> {
+    commands.iter().find_map(|c| match c {
+        Command::Rollback { generation, .. } => Some(generation.clone()),
+        _ => None,
+    })
+}
+
+impl Fake {
+    /// Fails every run of verify until its time is up; returns how many
+    /// ran and the commands of the moment it failed for good.
+    fn fail_verify_until_its_time_is_up(&mut self, output: &str) -> (usize, Vec<Command>) {
+        let mut runs = 0;
+        loop {
+            if self.result(0) == WatchResult::Verifying
+                && self
+                    .core
+                    .jobs
+                    .iter()
+                    .any(|j| matches!(j.role, JobRole::Verify(..)))
+            {
+                runs += 1;
+                self.exit_with_output(self.job("verify"), FAIL, output);
+            }
+            let c = self.at_deadline();
+            if self.result(0) != WatchResult::Verifying {
+                return (runs, c);
+            }
+            assert!(runs < 50, "verify never timed out");
+        }
+    }
+
+    /// Started on published content 1, with `verify`.
+    fn verified() -> Fake {
+        let mut f = Fake::new(VERIFIED);
+        f.tick();
+        f.candidate(1, "/pub/..g1", OK);
+        f.publication(1, Ok(()));
+        assert_eq!(f.services().len(), 1);
+        assert_eq!(f.jobs("verify"), 0, "a start is not verified");
+        assert_eq!(f.state(), (State::Ready, true));
+        f
+    }
+
+    /// Content `n` passes its check and is published over `..g1`: the
+    /// service gets SIGHUP. Returns those commands.
+    fn apply_verified(&mut self, n: u8) -> Vec<Command> {
+        let candidate = format!("/pub/..g{n}");
+        let c = self.candidate(n, &candidate, OK);
+        assert!(
+            c.contains(&Command::Publish {
+                watch: WatchId(0),
+                fingerprint: test_fingerprint(n),
+                candidate: PathBuf::from(&candidate),
+                keep_previous: true,
+            }),
+            "{c:?}"
+        );
+        let c = self.published_over(n, Ok(()), Some("/pub/..g1"));
+        assert_eq!(signalled(&c, self.service()), [Signal::SIGHUP as i32]);
+        c
+    }
+}
+
+#[test]
+fn a_change_that_fails_verify_is_rolled_back_and_not_applied_again() {
+    let mut f = Fake::verified();
+    let svc = f.service();
+    f.apply_verified(2);
+    assert_eq!(f.result(0), WatchResult::Verifying);
+    assert_eq!(f.state(), (State::Reloading, true), "a change in progress");
+    // verify runs again and again until its time is up.
+    let (runs, last) = f.fail_verify_until_its_time_is_up("HTTP 502");
+    assert!(runs >= 3, "verify ran {runs} times");
+    assert_eq!(
+        rollback_asked(&last).as_deref(),
+        Some(Path::new("/pub/..g1"))
+    );
+    assert_eq!(f.elapsed, Duration::from_secs(5), "verify_timeout");
+    assert!(signalled(&last, svc).is_empty(), "not before it is back");
+    let c = f.send(Event::RolledBack {
+        watch: WatchId(0),
+        fingerprint: test_fingerprint(2),
+        result: Ok(()),
+    });
+    assert_eq!(
+        signalled(&c, svc),
+        [Signal::SIGHUP as i32],
+        "the service reads the previous config again"
+    );
+    assert_eq!(f.result(0), WatchResult::RolledBack);
+    assert_eq!(f.state(), (State::InvalidConfig, false));
+    let status = f.core.status();
+    assert!(status.watches[0].check_output.contains("HTTP 502"));
+    assert!(
+        status.watches[0]
+            .check_output
+            .contains("did not pass within 5s")
+    );
+    let verifies = f.jobs("verify");
+    // The same content again: nothing happens.
+    assert!(f.content(0, 2).is_empty());
+    assert_eq!(f.core.deadline(), None, "idle");
+    // A newer good content is applied and verified as usual.
+    f.apply_verified(3);
+    let c = f.exit(f.job("verify"), OK);
+    assert!(discarded(&c).is_some(), "the previous generation is let go");
+    assert_eq!(f.jobs("verify"), verifies + 1);
+    assert_eq!(f.result(0), WatchResult::Applied);
+    assert_eq!(f.state(), (State::Ready, true));
+}
+
+#[test]
+fn a_verify_that_passes_late_but_in_time_applies_the_change() {
+    let mut f = Fake::verified();
+    f.apply_verified(2);
+    f.exit(f.job("verify"), FAIL);
+    f.at_deadline();
+    f.exit(f.job("verify"), FAIL);
+    f.at_deadline();
+    let c = f.exit(f.job("verify"), OK);
+    assert_eq!(discarded(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    assert!(rollback_asked(&c).is_none());
+    assert_eq!(f.result(0), WatchResult::Applied);
+    assert_eq!(f.state(), (State::Ready, true));
+    assert_eq!(f.core.deadline(), None, "idle afterwards");
+}
+
+#[test]
+fn without_publish_a_failed_verify_is_an_action_failure() {
+    let toml = "[[watch]]\nname = \"app\"\npaths = [\"/a\"]\non_change = \"signal\"\n\
+                verify = [\"verify\"]\nverify_timeout = \"1s\"\n";
+    let mut f = Fake::started(toml, 1);
+    let c = f.content(0, 1);
+    assert_eq!(signalled(&c, f.service()), [Signal::SIGHUP as i32]);
+    let (_, c) = f.fail_verify_until_its_time_is_up("no");
+    assert!(rollback_asked(&c).is_none());
+    assert_eq!(f.result(0), WatchResult::ActionFailed);
+    assert!(!f.state().1);
+}
+
+const SPLAYED: &str = "[[watch]]\nname = \"app\"\npaths = [\"/a\"]\ncheck = [\"check\"]\non_change = \"signal\"\n\
+                       splay = \"10s\"\n";
+
+#[test]
+fn splay_waits_a_random_time_before_the_action_and_the_newest_content_wins() {
+    let mut f = Fake::started(SPLAYED, 1);
+    let svc = f.service();
+    f.content(0, 1);
+    let c = f.exit(f.job("check"), OK);
+    assert!(signalled(&c, svc).is_empty(), "not before the wait");
+    let due = f.core.deadline().expect("the wait's end");
+    let wait = due - (f.t0 + f.elapsed);
+    assert!(wait < Duration::from_secs(10), "{wait:?}");
+    assert!(f.core.status().watches[0].action_at.is_some());
+    assert_eq!(f.state(), (State::Reloading, true));
+    // A newer change during the wait replaces it.
+    f.content(0, 2);
+    let c = f.exit(f.job("check"), OK);
+    assert!(signalled(&c, svc).is_empty());
+    let c = f.at_deadline();
+    assert_eq!(
+        signalled(&c, svc),
+        [Signal::SIGHUP as i32],
+        "once, for the newest"
+    );
+    assert_eq!(f.state(), (State::Ready, true));
+    assert!(f.core.status().watches[0].action_at.is_none());
+    assert_eq!(f.core.deadline(), None);
+}
+
+#[test]
+fn splay_never_delays_a_stop() {
+    let mut f = Fake::started(SPLAYED, 1);
+    let svc = f.service();
+    f.content(0, 1);
+    f.exit(f.job("check"), OK);
+    let c = f.signal(TERM);
+    assert_eq!(signalled(&c, svc)[0], TERM, "at once");
+    let c = f.exit(svc, ExitStatus::Signal(TERM));
+    assert!(
+        signalled(&c, svc).is_empty(),
+        "the waiting change is dropped"
+    );
+}
+
+#[test]
+fn splay_spreads_replicas_over_the_window() {
+    let mut waits = Vec::new();
+    for seed in 0..20 {
+        let mut f = Fake::custom(SPLAYED, true, |s| s.seed = seed);
+        f.tick();
+        f.content(0, 0);
+        f.exit(f.job("check"), OK);
+        f.content(0, 1);
+        f.exit(f.job("check"), OK);
+        let due = f.core.deadline().unwrap() - (f.t0 + f.elapsed);
+        assert!(due < Duration::from_secs(10));
+        waits.push(due);
+    }
+    waits.sort();
+    let spread = waits[waits.len() - 1] - waits[0];
+    assert!(spread > Duration::from_secs(5), "{waits:?}");
+}
+
+#[test]
+fn with_publish_a_change_waiting_for_its_splay_is_not_published_yet() {
+    let toml = format!("{PUBLISHED}splay = \"10s\"\n");
+    let mut f = Fake::new(&toml);
+    f.tick();
+    // A start never waits.
+    let c = f.candidate(1, "/pub/..g1", OK);
+    assert!(published(&c).is_some());
+    f.publication(1, Ok(()));
+    assert_eq!(f.services().len(), 1);
+    let c = f.candidate(2, "/pub/..g2", OK);
+    assert!(published(&c).is_none(), "waits for its splay");
+    // Newer content replaces the waiting candidate, which is removed.
+    let c = f.content(0, 3);
+    assert_eq!(discarded(&c).as_deref(), Some(Path::new("/pub/..g2")));
 }

@@ -133,9 +133,12 @@ pub fn create_generation(dir: &Path) -> io::Result<PathBuf> {
 }
 
 /// Publishes the candidate `generation` (a path made by
-/// [`create_generation`] in `dir`), then removes every other generation.
-pub fn publish(dir: &Path, generation: &Path) -> io::Result<()> {
+/// [`create_generation`] in `dir`), then removes every other generation;
+/// with `keep_previous`, all but the one published until now, which is
+/// returned (to roll back to).
+pub fn publish(dir: &Path, generation: &Path, keep_previous: bool) -> io::Result<Option<PathBuf>> {
     let name = generation_name(dir, generation)?;
+    let previous = published(dir).filter(|p| keep_previous && p != name);
     let tmp = dir.join(DATA_TMP);
     remove(&tmp)?;
     symlink(name, &tmp).map_err(|e| with_path(e, "cannot create", &tmp))?;
@@ -161,7 +164,7 @@ pub fn publish(dir: &Path, generation: &Path) -> io::Result<()> {
         let entry = entry.map_err(|e| with_path(e, "cannot read", dir))?;
         let name = entry.file_name();
         let stale = if is_internal(&name) {
-            name != DATA && name != name_of(generation)
+            name != DATA && name != name_of(generation) && Some(&name) != previous.as_ref()
         } else {
             !keys.contains(&name) && is_key_link(&entry.path(), &name)
         };
@@ -169,7 +172,7 @@ pub fn publish(dir: &Path, generation: &Path) -> io::Result<()> {
             remove(&entry.path())?;
         }
     }
-    Ok(())
+    Ok(previous.map(|p| dir.join(p)))
 }
 
 /// Removes the candidate `generation` of `dir`, unless it is the one
@@ -280,7 +283,7 @@ mod tests {
         let dir = d.path().join("pub");
         assert_eq!(prepare(&dir).unwrap(), None, "created empty");
         let g1 = generation(&dir, &[("a.conf", "1"), ("b.conf", "1")]);
-        publish(&dir, &g1).unwrap();
+        publish(&dir, &g1, false).unwrap();
         assert_eq!(read(&dir, "a.conf"), "1");
         assert_eq!(
             fs::read_link(dir.join("a.conf")).unwrap(),
@@ -288,7 +291,7 @@ mod tests {
         );
         let g2 = generation(&dir, &[("a.conf", "2"), ("c.conf", "2")]);
         assert_eq!(read(&dir, "a.conf"), "1", "a candidate is not published");
-        publish(&dir, &g2).unwrap();
+        publish(&dir, &g2, false).unwrap();
         assert_eq!(read(&dir, "a.conf"), "2");
         assert_eq!(read(&dir, "c.conf"), "2");
         assert!(
@@ -300,11 +303,28 @@ mod tests {
     }
 
     #[test]
+    fn the_previous_generation_can_be_kept_and_put_back() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().to_path_buf();
+        let g1 = generation(&dir, &[("a", "1"), ("only-in-1", "x")]);
+        assert_eq!(publish(&dir, &g1, true).unwrap(), None, "nothing before");
+        let g2 = generation(&dir, &[("a", "2")]);
+        assert_eq!(publish(&dir, &g2, true).unwrap(), Some(g1.clone()));
+        assert_eq!(read(&dir, "a"), "2");
+        assert!(g1.exists(), "kept for a rollback");
+        // The rollback: the previous generation, published again.
+        assert_eq!(publish(&dir, &g1, false).unwrap(), None);
+        assert_eq!(read(&dir, "a"), "1");
+        assert_eq!(read(&dir, "only-in-1"), "x");
+        assert!(!g2.exists(), "the rejected generation is removed");
+    }
+
+    #[test]
     fn a_discarded_candidate_is_removed_but_never_the_published_one() {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().to_path_buf();
         let g1 = generation(&dir, &[("a", "1")]);
-        publish(&dir, &g1).unwrap();
+        publish(&dir, &g1, false).unwrap();
         let g2 = generation(&dir, &[("a", "2")]);
         discard(&dir, &g2).unwrap();
         assert!(!g2.exists());
@@ -322,7 +342,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().to_path_buf();
         let g1 = generation(&dir, &[("a", "1")]);
-        publish(&dir, &g1).unwrap();
+        publish(&dir, &g1, false).unwrap();
         let left = generation(&dir, &[("a", "2")]);
         symlink("..nothing", dir.join(DATA_TMP)).unwrap();
         let restored = prepare(&dir).unwrap().expect("a generation was published");
@@ -336,7 +356,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().to_path_buf();
         let g1 = generation(&dir, &[("a", "1")]);
-        publish(&dir, &g1).unwrap();
+        publish(&dir, &g1, false).unwrap();
         fs::remove_dir_all(&g1).unwrap();
         assert_eq!(prepare(&dir).unwrap(), None);
         assert!(entries(&dir).is_empty(), "{:?}", entries(&dir));

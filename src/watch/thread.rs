@@ -108,8 +108,17 @@ pub enum Request {
     /// Copy the watch into a candidate generation, if its content still has
     /// this fingerprint.
     Snapshot(WatchId, Fingerprint),
-    /// Make this candidate the published generation.
-    Publish(WatchId, Fingerprint, PathBuf),
+    /// Make this candidate the published generation; keep the one it
+    /// replaces when asked (to roll back to).
+    Publish {
+        watch: WatchId,
+        fingerprint: Fingerprint,
+        candidate: PathBuf,
+        keep_previous: bool,
+    },
+    /// Publish this earlier generation again (`verify` failed for the
+    /// content with this fingerprint).
+    Rollback(WatchId, Fingerprint, PathBuf),
     /// Remove this candidate.
     Discard(WatchId, PathBuf),
 }
@@ -123,6 +132,12 @@ pub enum Done {
         result: Result<PathBuf, SnapshotError>,
     },
     Published {
+        watch: WatchId,
+        fingerprint: Fingerprint,
+        /// With the generation published before, when it was kept.
+        result: Result<Option<PathBuf>, String>,
+    },
+    RolledBack {
         watch: WatchId,
         fingerprint: Fingerprint,
         result: Result<(), String>,
@@ -397,16 +412,36 @@ impl Worker {
                         result,
                     });
                 }
-                Request::Publish(id, fp, candidate) => {
-                    let result = match &self.publish[id.0] {
-                        Some(dir) => publish::publish(dir, &candidate).map_err(|e| {
-                            // A candidate that cannot be published is of no use.
-                            let _ = publish::discard(dir, &candidate);
-                            e.to_string()
-                        }),
+                Request::Publish {
+                    watch,
+                    fingerprint,
+                    candidate,
+                    keep_previous,
+                } => {
+                    let result = match &self.publish[watch.0] {
+                        Some(dir) => {
+                            publish::publish(dir, &candidate, keep_previous).map_err(|e| {
+                                // A candidate that cannot be published is of no use.
+                                let _ = publish::discard(dir, &candidate);
+                                e.to_string()
+                            })
+                        }
                         None => Err("the watch has no `publish` directory".into()),
                     };
                     self.finished(Done::Published {
+                        watch,
+                        fingerprint,
+                        result,
+                    });
+                }
+                Request::Rollback(id, fp, generation) => {
+                    let result = match &self.publish[id.0] {
+                        Some(dir) => publish::publish(dir, &generation, false)
+                            .map(drop)
+                            .map_err(|e| e.to_string()),
+                        None => Err("the watch has no `publish` directory".into()),
+                    };
+                    self.finished(Done::RolledBack {
                         watch: id,
                         fingerprint: fp,
                         result,

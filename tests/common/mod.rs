@@ -421,6 +421,22 @@ impl Tend {
     }
 
     /// Host pids of tend's children, with their state letter (R, S, Z, ...).
+    /// Context switches of every thread of tend so far: unchanged while
+    /// tend sleeps.
+    pub fn context_switches(&mut self) -> u64 {
+        let pid = self.pid();
+        let mut n = 0;
+        for task in fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+            let status = fs::read_to_string(task.path().join("status")).unwrap_or_default();
+            n += status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches"))
+                .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+                .sum::<u64>();
+        }
+        n
+    }
+
     pub fn children(&mut self) -> Vec<(i32, char)> {
         let tend = self.pid();
         let mut out = Vec::new();

@@ -1,0 +1,280 @@
+//! `verify`, rollback and `splay`: a change that passes its check but breaks
+//! the service is put back, and replicas adopt a change one after another.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use common::http::{Load, free_port, wait_up};
+use common::kubelet::project;
+use common::*;
+use nix::sys::signal::Signal;
+
+/// Watches `vol`, publishes to `pub`, checks for "good", verifies that the
+/// published config is not "broken" (as a health request would find), and
+/// sends SIGHUP.
+fn config(sb: &Sandbox, extra: &str) -> PathBuf {
+    let published = sb.path("pub");
+    sb.config(&format!(
+        "[service]\ncommand = {}\n{}\n\
+         [[watch]]\nname = \"app\"\npaths = [{:?}]\npublish = {:?}\n\
+         check = {}\non_change = \"signal\"\nverify = {}\n{extra}\n",
+        sb.service_toml(&[
+            "--config",
+            &published.join("app.conf").display().to_string()
+        ]),
+        sb.readiness_toml(),
+        sb.path("vol").display().to_string(),
+        published.display().to_string(),
+        sh("grep good \"$TEND_CANDIDATE/app.conf\""),
+        sh(&format!(
+            "if grep broken {}/app.conf; then echo 'HTTP 502 from /healthz'; exit 1; fi",
+            published.display()
+        )),
+    ))
+}
+
+#[test]
+fn a_config_that_passes_its_check_but_fails_verify_is_rolled_back() {
+    let sb = Sandbox::new();
+    let vol = sb.path("vol");
+    project(&vol, &[("app.conf", "good 1")]);
+    let cfg = config(&sb, "verify_timeout = \"1s\"");
+    let mut tend = sb.tend().config(&cfg).start_ready();
+
+    project(&vol, &[("app.conf", "good but broken 2")]);
+    let status = sb.wait_state("invalid_config", secs(10.0));
+    let watch = &status["watches"][0];
+    assert_eq!(watch["result"], "rolled_back", "{status}");
+    let output = watch["check_output"].as_str().unwrap();
+    assert!(
+        output.contains("HTTP 502") && output.contains("did not pass within 1s"),
+        "{output}"
+    );
+    assert_eq!(
+        fs::read_to_string(sb.path("pub/app.conf")).unwrap(),
+        "good 1",
+        "the previous generation is back"
+    );
+    // Applied, then applied again to put the service back.
+    let seen = sb.wait_log("service sig SIGHUP", 2, secs(5.0));
+    assert_eq!(
+        sb.seen_on("SIGHUP"),
+        ["good but broken 2", "good 1"],
+        "{seen:?}"
+    );
+    assert!(!sb.is_ready(), "not_ready: a rejected change");
+    let (code, line) = probe(&cfg);
+    assert_eq!(code, 1);
+    assert!(line.contains("rolled_back"), "{line}");
+    let err = tend.stderr();
+    assert!(err.contains("rolling back to the previous config"), "{err}");
+
+    // A newer good content is applied normally.
+    project(&vol, &[("app.conf", "good 3")]);
+    sb.wait_log("service sig SIGHUP", 3, secs(10.0));
+    assert_eq!(sb.seen_on("SIGHUP")[2], "good 3");
+    let status = sb.wait_state("ready", secs(10.0));
+    assert_eq!(status["watches"][0]["result"], "applied");
+    assert_eq!(
+        sb.seen_on("SIGHUP").len(),
+        3,
+        "the rejected one never again"
+    );
+
+    // Idle afterwards (once the kubelet's last events are scanned).
+    std::thread::sleep(secs(0.5));
+    let before = tend.context_switches();
+    std::thread::sleep(secs(1.5));
+    assert_eq!(tend.context_switches(), before, "tend woke up while idle");
+}
+
+#[test]
+fn a_verify_that_passes_late_but_in_time_applies_the_change() {
+    let sb = Sandbox::new();
+    let vol = sb.path("vol");
+    project(&vol, &[("app.conf", "good 1")]);
+    let healthy = sb.path("healthy");
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = {}\n{}\n\
+         [[watch]]\nname = \"app\"\npaths = [{:?}]\npublish = {:?}\non_change = \"signal\"\n\
+         verify = [\"test\", \"-e\", {:?}]\nverify_timeout = \"20s\"\n",
+        sb.service_toml(&[]),
+        sb.readiness_toml(),
+        vol.display().to_string(),
+        sb.path("pub").display().to_string(),
+        healthy.display().to_string(),
+    ));
+    let _tend = sb.tend().config(&cfg).start_ready();
+    project(&vol, &[("app.conf", "good 2")]);
+    wait_for("verifying", secs(10.0), || {
+        let s = sb.status()?;
+        (s["watches"][0]["result"] == "verifying").then_some(())
+    });
+    assert!(sb.is_ready(), "a change in progress keeps readiness");
+    fs::write(&healthy, "").unwrap();
+    let status = sb.wait_state("ready", secs(10.0));
+    assert_eq!(status["watches"][0]["result"], "applied");
+    assert_eq!(
+        fs::read_to_string(sb.path("pub/app.conf")).unwrap(),
+        "good 2"
+    );
+    let generations = || {
+        fs::read_dir(sb.path("pub"))
+            .unwrap()
+            .filter(|e| {
+                let n = e.as_ref().unwrap().file_name();
+                let n = n.to_string_lossy();
+                n.starts_with("..") && n != "..data"
+            })
+            .count()
+    };
+    wait_for("the previous generation to be let go", secs(5.0), || {
+        (generations() == 1).then_some(())
+    });
+}
+
+/// Five replicas share one volume with `splay = "3s"`: one update reaches
+/// them all at once, and they apply it one after another over the window.
+#[test]
+fn splay_spreads_one_change_across_replicas_and_never_delays_a_stop() {
+    let vol_sb = Sandbox::new();
+    let vol = vol_sb.path("vol");
+    project(&vol, &[("app.conf", "v1")]);
+    let replicas: Vec<Sandbox> = (0..5).map(|_| Sandbox::new()).collect();
+    let mut tends = Vec::new();
+    for sb in &replicas {
+        let cfg = sb.config(&format!(
+            "[service]\ncommand = {}\n{}\n\
+             [[watch]]\nname = \"app\"\npaths = [{:?}]\non_change = \"signal\"\nsplay = \"3s\"\n",
+            sb.service_toml(&[]),
+            sb.readiness_toml(),
+            vol.display().to_string(),
+        ));
+        tends.push(sb.tend().config(&cfg).start());
+    }
+    for sb in &replicas {
+        sb.wait_ready(true, secs(10.0));
+        // Its signal handlers are in place once it logged its start.
+        sb.wait_log("service start", 1, secs(10.0));
+    }
+    let swap = Instant::now();
+    project(&vol, &[("app.conf", "v2")]);
+    let mut at = Vec::new();
+    for sb in &replicas {
+        sb.wait_log("service sig SIGHUP", 1, secs(10.0));
+        at.push(
+            fs::metadata(sb.path("service.log"))
+                .unwrap()
+                .modified()
+                .unwrap(),
+        );
+    }
+    let waited = swap.elapsed();
+    assert!(
+        waited < secs(6.0),
+        "every replica within the window: {waited:?}"
+    );
+    at.sort();
+    let spread = at[4].duration_since(at[0]).unwrap();
+    assert!(
+        spread > secs(0.3),
+        "the replicas applied the change together: {spread:?}"
+    );
+
+    // A change waiting for its splay does not delay a stop.
+    project(&vol, &[("app.conf", "v3")]);
+    let sb = &replicas[0];
+    wait_for("the change to wait for its splay", secs(10.0), || {
+        let s = sb.status()?;
+        s["watches"][0]["action_at"].as_str().map(|_| ())
+    });
+    let stop = Instant::now();
+    tends[0].signal(Signal::SIGTERM);
+    assert_eq!(tends[0].wait(secs(5.0)), 0);
+    assert!(stop.elapsed() < secs(2.0), "{:?}", stop.elapsed());
+}
+
+/// The in-place example end to end: an edit that parses but makes the
+/// program answer 503 is restarted on (overlap, held socket), fails verify,
+/// and is rolled back the same way; no request is refused or cut off.
+#[test]
+fn the_in_place_example_rolls_back_an_overlap_restart_that_fails_verify() {
+    let sb = Sandbox::new();
+    let port = free_port();
+    let vol = sb.path("app");
+    let conf =
+        |greeting: &str, workers: u32| format!("greeting = {greeting}\nworkers = {workers}\n");
+    project(&vol, &[("app.conf", &conf("v1", 4))]);
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/in-place");
+    let mut toml = fs::read_to_string(example.join("supervisor.toml")).unwrap();
+    let at = |p: PathBuf| p.display().to_string();
+    for (from, to) in [
+        ("/app/server.py", at(example.join("server.py"))),
+        ("\"/etc/app\"", format!("{:?}", at(vol.clone()))),
+        ("/run/tend/app", at(sb.path("published"))),
+        ("/run/tend/ready", at(sb.path("ready"))),
+        ("/run/tend/status.json", at(sb.path("status.json"))),
+        ("0.0.0.0:8080", format!("127.0.0.1:{port}")),
+        ("127.0.0.1:8080", format!("127.0.0.1:{port}")),
+        ("splay = \"30s\"", "splay = \"1s\"".into()),
+        ("verify_timeout = \"10s\"", "verify_timeout = \"3s\"".into()),
+    ] {
+        assert!(toml.contains(from), "{from} is not in the example");
+        toml = toml.replace(from, &to);
+    }
+    let cfg = sb.config(&toml);
+    let tend = sb.tend().config(&cfg).start();
+    assert_eq!(wait_up(port, secs(10.0)), "v1");
+    sb.wait_ready(true, secs(5.0));
+
+    let load = Load::workers(4, port, 1_000_000, secs(60.0), secs(0.002));
+    let edit = Instant::now();
+    project(&vol, &[("app.conf", &conf("v2", 0))]);
+    wait_for("the rollback", secs(20.0), || {
+        sb.status()
+            .filter(|s| s["watches"][0]["result"] == "rolled_back")
+    });
+    // Once the previous config's instance took over.
+    let status = sb.wait_state("invalid_config", secs(20.0));
+    assert_eq!(status["watches"][0]["result"], "rolled_back");
+    assert!(
+        sb.is_ready(),
+        "invalid_config = \"ready\": the replica stays in its Service"
+    );
+    load.wait_body("v1", Instant::now(), secs(10.0));
+    assert_eq!(
+        fs::read_to_string(sb.path("published/app.conf")).unwrap(),
+        conf("v1", 4)
+    );
+
+    // A good edit afterwards is applied and verified.
+    project(&vol, &[("app.conf", &conf("v3", 2))]);
+    load.wait_body("v3", Instant::now(), secs(20.0));
+    let status = sb.wait_state("ready", secs(20.0));
+    assert_eq!(status["watches"][0]["result"], "applied");
+    let records = load.finish();
+    let failed: Vec<&String> = records
+        .iter()
+        .filter(|(t, _)| *t >= edit)
+        .filter_map(|(_, r)| r.as_ref().err())
+        .collect();
+    let cut = failed
+        .iter()
+        .filter(|e| !e.starts_with("status 503"))
+        .count();
+    eprintln!(
+        "{} requests; {} answered 503 by the broken config until the rollback; {cut} refused or cut off",
+        records.len(),
+        failed.len()
+    );
+    assert_eq!(cut, 0, "{failed:?}");
+    let err = tend.stderr();
+    assert_eq!(
+        err.matches("rolling back to the previous config").count(),
+        1,
+        "{err}"
+    );
+}
