@@ -114,7 +114,18 @@ fn images() {
     BUILT.get_or_init(build_images);
 }
 
+/// The id of `image`, if it exists.
+fn image_id(image: &str) -> Option<String> {
+    let out = podman_output(&["image", "inspect", "--format", "{{.Id}}", image]);
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
 fn build_images() {
+    // Removed below when a build replaces them (a new tend, a changed file),
+    // so that runs do not pile up untagged images.
+    let previous: Vec<String> = [WEB, PLAIN].into_iter().filter_map(image_id).collect();
     assert!(
         podman_output(&["image", "exists", BASE]).status.success(),
         "the base image {BASE} is missing: run scripts/test-podman, which builds it"
@@ -198,6 +209,10 @@ fn build_images() {
         PLAIN,
         &context.path().display().to_string(),
     ]);
+    let current: Vec<String> = [WEB, PLAIN].into_iter().filter_map(image_id).collect();
+    for old in previous.iter().filter(|id| !current.contains(id)) {
+        let _ = podman_output(&["image", "rm", old]);
+    }
 }
 
 /// A container, removed when dropped (its log is shown if the test failed).
@@ -513,7 +528,8 @@ fn a_locked_down_container_keeps_its_readiness_files_on_a_tmpfs() {
 /// command writes to the terminal is recorded: tmux's pipe-pane is in place
 /// before the command starts (it waits on `tmux wait-for`).
 struct Terminal {
-    socket: String,
+    /// The tmux server's socket, in the sandbox, so that it goes with it.
+    socket: PathBuf,
     output: PathBuf,
     status: PathBuf,
 }
@@ -526,14 +542,14 @@ fn quote(s: &str) -> String {
 impl Terminal {
     fn start(sb: &Sandbox, name: &str, command: &[&str]) -> Terminal {
         let t = Terminal {
-            socket: format!("tend-test-{name}-{}", std::process::id()),
+            socket: sb.path(&format!("{name}.tmux")),
             output: sb.path(&format!("{name}.terminal")),
             status: sb.path(&format!("{name}.status")),
         };
         let argv: Vec<String> = command.iter().map(|a| quote(a)).collect();
         let line = format!(
-            "tmux -L {} wait-for go && {}; echo $? > {}",
-            quote(&t.socket),
+            "tmux -S {} wait-for go && {}; echo $? > {}",
+            quote(&path(&t.socket)),
             argv.join(" "),
             quote(&path(&t.status))
         );
@@ -557,7 +573,8 @@ impl Terminal {
 
     fn tmux(&self, args: &[&str]) -> String {
         let out = Command::new("tmux")
-            .args(["-L", &self.socket])
+            .arg("-S")
+            .arg(&self.socket)
             .args(args)
             .env("CONTAINERS_CONF", repo("tests/support/containers.conf"))
             .output()
@@ -606,7 +623,9 @@ impl Drop for Terminal {
             eprintln!("--- the terminal ---\n{:?}\n--- end ---", self.output());
         }
         let _ = Command::new("tmux")
-            .args(["-L", &self.socket, "kill-server"])
+            .arg("-S")
+            .arg(&self.socket)
+            .arg("kill-server")
             .output();
     }
 }
