@@ -10,12 +10,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::static_build::{dockerfile_build_command, repo, static_tend};
 use common::*;
 use nix::sys::signal::Signal;
-
-fn repo(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
 
 fn examples() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = fs::read_dir(repo("examples"))
@@ -121,38 +118,11 @@ fn tend_config(path: &Path) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The `RUN RUSTFLAGS=... cargo build ...` line of Dockerfile.example.
-fn dockerfile_build_command() -> String {
-    let dockerfile = fs::read_to_string(repo("Dockerfile.example")).unwrap();
-    let line = dockerfile
-        .lines()
-        .find(|l| l.starts_with("RUN ") && l.contains("cargo build"))
-        .expect("a RUN line with cargo build");
-    let cmd = line.trim_start_matches("RUN ").to_string();
-    assert!(
-        cmd.contains("+crt-static") && cmd.contains("--target x86_64-unknown-linux-gnu"),
-        "{cmd}"
-    );
-    cmd
-}
-
 #[test]
 fn the_dockerfile_builds_a_static_binary_that_runs_in_an_empty_root() {
     let sb = Sandbox::new();
     // The Dockerfile's own command, into a target dir of its own.
-    let target = repo("target/static");
-    let out = Command::new("sh")
-        .args(["-c", &dockerfile_build_command()])
-        .current_dir(repo(""))
-        .env("CARGO_TARGET_DIR", &target)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let binary = target.join("x86_64-unknown-linux-gnu/release/tend");
+    let binary = static_tend();
     let file = Command::new("file").arg(&binary).output().unwrap();
     let file = String::from_utf8_lossy(&file.stdout);
     assert!(

@@ -12,6 +12,7 @@ pub mod alone;
 pub mod gate;
 pub mod http;
 pub mod kubelet;
+pub mod static_build;
 pub mod svc;
 
 use std::fs;

@@ -1,0 +1,712 @@
+//! tend in a real container runtime: podman (with runc) runs the image that
+//! Dockerfile.example builds, as a user would.
+//!
+//! - nginx reloads a ConfigMap-like volume bind-mounted from the host and
+//!   updated as the kubelet does; an invalid config is rejected (readiness
+//!   off, `invalid_config`, nginx's error in the status and in `tend probe`)
+//!   and the fix is applied.
+//! - `podman stop`: tend turns the SIGTERM into the service's stop signal,
+//!   the service stops gracefully, and the container's exit code is the
+//!   service's.
+//! - `--user 65534 --read-only` with no capabilities, the readiness files on
+//!   a tmpfs, as the examples' Kubernetes manifests run it.
+//! - `podman run -it` in a terminal (tmux): Ctrl-C reaches the shell's job
+//!   and not the shell, or ends a service that does not handle it, and a
+//!   plain init prints nothing into the terminal.
+//!
+//! They need root, podman, runc, tmux and the base image that
+//! `scripts/test-podman` builds, and run only when `TEND_PODMAN_TESTS` is set
+//! (`sudo scripts/test-podman` sets it); otherwise each test returns at once.
+//!
+//! No registry is reachable from the test machines, so the images are built
+//! from what is here. Dockerfile.example is built unmodified with `podman
+//! build`: `--build-context` replaces its builder stage with a directory
+//! holding the static tend that this machine built with the Dockerfile's own
+//! `cargo build` line, and its `FROM nginx:...` with the local base image (a
+//! Debian bookworm root with nginx-light, see scripts/test-podman). Every
+//! other line of the Dockerfile runs as written.
+
+mod common;
+
+use std::fs;
+use std::io::Write as _;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Once, OnceLock};
+use std::time::{Duration, Instant};
+
+use common::http::{free_port, get};
+use common::kubelet::project;
+use common::static_build::{repo, static_tend};
+use common::{Sandbox, secs, wait_for};
+
+/// Made by scripts/test-podman; stands in for Dockerfile.example's nginx image.
+const BASE: &str = "localhost/tend-nginx-base";
+/// Dockerfile.example, built on BASE.
+const WEB: &str = "localhost/tend-test-web";
+/// tend as a plain init, `ENTRYPOINT ["tend", "--"]`, on BASE.
+const PLAIN: &str = "localhost/tend-test-plain";
+
+fn enabled() -> bool {
+    let set = std::env::var("TEND_PODMAN_TESTS").is_ok_and(|v| !v.is_empty() && v != "0");
+    if !set {
+        static SAID: Once = Once::new();
+        // Straight to stderr: the test harness captures print! and eprint!.
+        SAID.call_once(|| {
+            let _ = writeln!(
+                std::io::stderr(),
+                "tests/podman.rs: skipped; these tests run in podman with \
+                 TEND_PODMAN_TESTS=1 (sudo scripts/test-podman)"
+            );
+        });
+    }
+    set
+}
+
+/// podman with runc and tests/support/containers.conf (see that file): what
+/// podman needs on the test machines, where crun fails on hybrid cgroups and
+/// the default ulimits exceed the hard limits.
+fn podman() -> Command {
+    let mut c = Command::new("podman");
+    c.env("CONTAINERS_CONF", repo("tests/support/containers.conf"))
+        .args(["--runtime", "runc"]);
+    c
+}
+
+fn podman_output(args: &[&str]) -> Output {
+    podman()
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("podman {args:?}: {e} (run scripts/test-podman)"))
+}
+
+/// Runs podman and returns its stdout; panics with its stderr when it fails.
+fn podman_ok(args: &[&str]) -> String {
+    let out = podman_output(args);
+    assert!(
+        out.status.success(),
+        "podman {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Like `wait_for`, for conditions that cost a process (podman, tmux) to
+/// look at: every 100 ms rather than every 10.
+fn wait_slow<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Builds WEB and PLAIN, once per run of this file.
+fn images() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(build_images);
+}
+
+/// The id of `image`, if it exists.
+fn image_id(image: &str) -> Option<String> {
+    let out = podman_output(&["image", "inspect", "--format", "{{.Id}}", image]);
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn build_images() {
+    // Removed below when a build replaces them (a new tend, a changed file),
+    // so that runs do not pile up untagged images.
+    let previous: Vec<String> = [WEB, PLAIN].into_iter().filter_map(image_id).collect();
+    assert!(
+        podman_output(&["image", "exists", BASE]).status.success(),
+        "the base image {BASE} is missing: run scripts/test-podman, which builds it"
+    );
+    let tend = static_tend();
+
+    // Dockerfile.example: a builder stage `FROM <rust image> AS <name>`, and
+    // the image itself, `FROM nginx:...`, copying the binary out of it.
+    let dockerfile = fs::read_to_string(repo("Dockerfile.example")).unwrap();
+    let froms: Vec<Vec<&str>> = dockerfile
+        .lines()
+        .filter(|l| l.starts_with("FROM "))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(froms.len(), 2, "a builder stage and the image: {froms:?}");
+    let (builder, runtime) = (&froms[0], &froms[1]);
+    assert!(
+        builder.len() == 4 && builder[2].eq_ignore_ascii_case("AS"),
+        "the builder stage is named: {builder:?}"
+    );
+    let stage = builder[3];
+    assert!(
+        runtime.len() == 2 && runtime[1].starts_with("nginx:"),
+        "{BASE} stands in for an nginx image: {runtime:?}"
+    );
+    let copy: Vec<&str> = dockerfile
+        .lines()
+        .find(|l| l.starts_with(&format!("COPY --from={stage} ")))
+        .unwrap_or_else(|| panic!("a COPY --from={stage} line"))
+        .split_whitespace()
+        .collect();
+    let built_at = copy[2].trim_start_matches('/');
+
+    // The builder stage's output, as a build context of that stage's name.
+    let context = tempfile::Builder::new()
+        .prefix("tend-podman-")
+        .tempdir()
+        .unwrap();
+    let dest = context.path().join(built_at);
+    fs::create_dir_all(dest.parent().unwrap()).unwrap();
+    fs::copy(&tend, &dest).unwrap();
+    let stage_context = format!("{stage}={}", context.path().display());
+    let base_context = format!("{}=container-image://{BASE}", runtime[1]);
+    let repo_dir = repo("");
+    let dockerfile_path = repo("Dockerfile.example");
+    podman_ok(&[
+        "build",
+        "--pull=never",
+        "--build-context",
+        &stage_context,
+        "--build-context",
+        &base_context,
+        "-f",
+        &dockerfile_path.display().to_string(),
+        "-t",
+        WEB,
+        &repo_dir.display().to_string(),
+    ]);
+
+    // A plain init: tend in front of any command, without a config. The
+    // base image's STOPSIGNAL is nginx's SIGQUIT, as in the official image:
+    // an image for another service sets its own, as Dockerfile.example does.
+    let containerfile = context.path().join("Containerfile");
+    fs::write(
+        &containerfile,
+        format!(
+            "FROM {BASE}\n\
+             COPY {built_at} /usr/local/bin/tend\n\
+             ENTRYPOINT [\"/usr/local/bin/tend\", \"--\"]\n\
+             CMD [\"sh\"]\n\
+             STOPSIGNAL SIGTERM\n"
+        ),
+    )
+    .unwrap();
+    podman_ok(&[
+        "build",
+        "--pull=never",
+        "-f",
+        &containerfile.display().to_string(),
+        "-t",
+        PLAIN,
+        &context.path().display().to_string(),
+    ]);
+    let current: Vec<String> = [WEB, PLAIN].into_iter().filter_map(image_id).collect();
+    for old in previous.iter().filter(|id| !current.contains(id)) {
+        let _ = podman_output(&["image", "rm", old]);
+    }
+}
+
+/// A container, removed when dropped (its log is shown if the test failed).
+struct Container {
+    name: String,
+}
+
+impl Container {
+    /// A name for a container of this test, which is removed if it exists.
+    fn named(name: &str) -> Container {
+        let c = Container {
+            name: format!("tend-test-{name}-{}", std::process::id()),
+        };
+        let _ = podman_output(&["rm", "-f", "-t", "0", &c.name]);
+        c
+    }
+
+    /// `podman run -d --name tend-test-NAME-PID OPTIONS... IMAGE ARGS...`
+    fn run(name: &str, options: &[&str], image: &str, args: &[&str]) -> Container {
+        let c = Container::named(name);
+        let mut argv = vec!["run", "-d", "--name", &c.name];
+        argv.extend(options);
+        argv.push(image);
+        argv.extend(args);
+        podman_ok(&argv);
+        c
+    }
+
+    /// Its output so far, stdout and stderr.
+    fn logs(&self) -> String {
+        let out = podman_output(&["logs", &self.name]);
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    }
+
+    /// `podman exec`: (exit code, stdout, stderr).
+    fn exec(&self, args: &[&str]) -> (i32, String, String) {
+        let mut argv = vec!["exec", &self.name];
+        argv.extend(args);
+        let out = podman_output(&argv);
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// `tend probe` in the container: (exit code, its line).
+    fn probe(&self) -> (i32, String) {
+        let (code, out, _) = self.exec(&["/usr/local/bin/tend", "probe"]);
+        (code, out)
+    }
+
+    /// `podman stop -t timeout`, which sends the image's STOPSIGNAL and
+    /// SIGKILL after `timeout` seconds: how long it took, and the exit code.
+    fn stop(&self, timeout: u32) -> (Duration, i32) {
+        let started = Instant::now();
+        podman_ok(&["stop", "-t", &timeout.to_string(), &self.name]);
+        let took = started.elapsed();
+        let code = podman_ok(&["inspect", "--format", "{{.State.ExitCode}}", &self.name]);
+        (took, code.trim().parse().unwrap())
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- podman logs {} ---\n{}--- end ---",
+                self.name,
+                self.logs()
+            );
+        }
+        let _ = podman_output(&["rm", "-f", "-t", "0", &self.name]);
+    }
+}
+
+/// examples/nginx's site, answering `body`: the content of the ConfigMap.
+fn site(body: &str) -> String {
+    let site = fs::read_to_string(repo("examples/nginx/conf.d/app.conf")).unwrap();
+    assert!(site.contains("hello from v1") && site.contains("listen 8080;"));
+    site.replace("hello from v1", body)
+}
+
+fn path(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// `-v HOST:CONTAINER[:OPTIONS]`
+fn volume(host: &Path, container: &str, options: &str) -> [String; 2] {
+    let mut v = format!("{}:{container}", host.display());
+    if !options.is_empty() {
+        v = format!("{v}:{options}");
+    }
+    ["-v".into(), v]
+}
+
+/// A directory anyone may write to, as an emptyDir.
+fn empty_dir(p: PathBuf) -> PathBuf {
+    fs::create_dir_all(&p).unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o777)).unwrap();
+    p
+}
+
+fn wait_served(port: u16, body: &str, timeout: Duration) {
+    wait_for(&format!("{body:?} on port {port}"), timeout, || {
+        (get(port).as_deref() == Ok(body)).then_some(())
+    });
+}
+
+#[test]
+fn nginx_reloads_a_mounted_configmap_and_stops_gracefully_on_podman_stop() {
+    if !enabled() {
+        return;
+    }
+    images();
+    let sb = Sandbox::new();
+    let port = free_port();
+    // The ConfigMap volume, read-only in the container as the kubelet mounts
+    // it, and /run/tend from the host so the test can watch the ready file.
+    let config = sb.path("config");
+    project(&config, &[("app.conf", &site("v0"))]);
+    let run = empty_dir(sb.path("run"));
+    let publish = format!("127.0.0.1:{port}:8080");
+    let mut options = vec!["-p".to_string(), publish];
+    options.extend(volume(&config, "/etc/nginx/conf.d", "ro"));
+    options.extend(volume(&run, "/run/tend", ""));
+    let options: Vec<&str> = options.iter().map(String::as_str).collect();
+    let c = Container::run("nginx", &options, WEB, &[]);
+
+    wait_served(port, "v0", secs(60.0));
+    let ready = run.join("ready");
+    wait_for("the ready file", secs(10.0), || {
+        ready.exists().then_some(())
+    });
+
+    for i in 1..=3 {
+        let body = format!("v{i}");
+        project(&config, &[("app.conf", &site(&body))]);
+        wait_served(port, &body, secs(10.0));
+    }
+
+    // Rejected by nginx -t: not ready, nginx keeps serving v3.
+    project(
+        &config,
+        &[("app.conf", &site("v4").replace("listen", "lissen"))],
+    );
+    wait_for("the ready file to go", secs(10.0), || {
+        (!ready.exists()).then_some(())
+    });
+    let status: serde_json::Value = wait_for("state invalid_config", secs(10.0), || {
+        serde_json::from_slice::<serde_json::Value>(&fs::read(run.join("status.json")).ok()?)
+            .ok()
+            .filter(|s| s["state"] == "invalid_config")
+    });
+    let output = status["watches"][0]["check_output"].as_str().unwrap();
+    assert!(output.contains("unknown directive \"lissen\""), "{output}");
+    assert_eq!(get(port).as_deref(), Ok("v3"));
+    let (code, line) = c.probe();
+    assert_eq!(code, 1, "{line}");
+    assert!(
+        line.contains("[emerg]") && line.contains("unknown directive \"lissen\""),
+        "{line}"
+    );
+
+    // Fixed: served, ready again.
+    project(&config, &[("app.conf", &site("v5"))]);
+    wait_served(port, "v5", secs(10.0));
+    wait_for("the ready file", secs(10.0), || {
+        ready.exists().then_some(())
+    });
+    assert_eq!(c.probe().0, 0);
+
+    // podman stop sends the image's STOPSIGNAL, SIGTERM; tend stops nginx
+    // with its graceful SIGQUIT (examples/nginx/supervisor.toml), long
+    // before podman's SIGKILL.
+    let stop_signal = podman_ok(&["inspect", "--format", "{{.Config.StopSignal}}", WEB]);
+    assert_eq!(stop_signal.trim(), "SIGTERM");
+    let (took, code) = c.stop(30);
+    assert_eq!(code, 0, "nginx's exit code");
+    assert!(took < secs(10.0), "podman stop took {took:?}");
+    let logs = c.logs();
+    assert!(logs.contains("SIGTERM received"), "{logs}");
+    assert!(logs.contains("signal 3 (SIGQUIT) received"), "{logs}");
+    assert!(logs.contains("gracefully shutting down"), "{logs}");
+    assert!(logs.contains("service stopped: exit code 0"), "{logs}");
+    // One reload per applied update: v1, v2, v3 and the fix.
+    assert_eq!(
+        logs.matches("signal 1 (SIGHUP) received").count(),
+        4,
+        "{logs}"
+    );
+    assert!(get(port).is_err(), "nginx is gone");
+}
+
+#[test]
+fn podman_stop_reaches_the_service_and_the_container_exits_with_its_code() {
+    if !enabled() {
+        return;
+    }
+    images();
+    let sb = Sandbox::new();
+    let out = empty_dir(sb.path("out"));
+    let options = volume(&out, "/out", "");
+    let options: Vec<&str> = options.iter().map(String::as_str).collect();
+    let c = Container::run(
+        "stop",
+        &options,
+        PLAIN,
+        &[
+            "sh",
+            "-c",
+            "trap 'echo TERM > /out/term; exit 7' TERM; echo up > /out/up; \
+             while :; do sleep 1 & wait $!; done",
+        ],
+    );
+    wait_for("the service", secs(60.0), || {
+        out.join("up").exists().then_some(())
+    });
+    let (took, code) = c.stop(30);
+    assert_eq!(code, 7, "the service's exit code");
+    assert!(took < secs(10.0), "podman stop took {took:?}");
+    assert!(out.join("term").exists(), "the service got SIGTERM");
+    // A plain init logs warnings and errors only: none here.
+    let logs = c.logs();
+    assert_eq!(logs, "", "tend's output");
+}
+
+#[test]
+fn a_locked_down_container_keeps_its_readiness_files_on_a_tmpfs() {
+    if !enabled() {
+        return;
+    }
+    images();
+    let sb = Sandbox::new();
+    let port = free_port();
+    let config = sb.path("config");
+    project(&config, &[("app.conf", &site("v0"))]);
+    let publish = format!("127.0.0.1:{port}:8080");
+    // As examples/nginx/kubernetes.yaml runs it: not root, a read-only root,
+    // no capabilities, no privilege escalation, and writable tmpfs (the
+    // manifest's emptyDirs) at /run/tend and /tmp only.
+    let mut options: Vec<String> = [
+        "--user",
+        "65534",
+        "--read-only",
+        "--tmpfs",
+        "/run/tend",
+        "--tmpfs",
+        "/tmp",
+        "--cap-drop",
+        "all",
+        "--security-opt",
+        "no-new-privileges",
+        "-p",
+        &publish,
+    ]
+    .map(String::from)
+    .into();
+    options.extend(volume(&config, "/etc/nginx/conf.d", "ro"));
+    let options: Vec<&str> = options.iter().map(String::as_str).collect();
+    let c = Container::run("locked", &options, WEB, &[]);
+
+    wait_served(port, "v0", secs(60.0));
+    wait_slow("tend probe to say ready", secs(10.0), || {
+        (c.probe().0 == 0).then_some(())
+    });
+    let (code, out, err) = c.exec(&["sh", "-c", "id -u; stat -c '%u %a %n' /run/tend/*"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        "65534\n65534 644 /run/tend/ready\n65534 644 /run/tend/status.json\n"
+    );
+    let (code, mounts, _) = c.exec(&["cat", "/proc/mounts"]);
+    assert_eq!(code, 0);
+    assert!(
+        mounts.lines().any(|l| l.starts_with("tmpfs /run/tend ")),
+        "{mounts}"
+    );
+    let (code, _, err) = c.exec(&["touch", "/etc/tend/written"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("Read-only file system"), "{err}");
+
+    project(&config, &[("app.conf", &site("v1"))]);
+    wait_served(port, "v1", secs(10.0));
+    project(
+        &config,
+        &[("app.conf", &site("v2").replace("listen", "lissen"))],
+    );
+    let line = wait_slow("tend probe to say not ready", secs(10.0), || {
+        let (code, line) = c.probe();
+        (code == 1).then_some(line)
+    });
+    assert!(line.contains("state invalid_config"), "{line}");
+    assert!(line.contains("unknown directive \"lissen\""), "{line}");
+    assert_eq!(get(port).as_deref(), Ok("v1"));
+    project(&config, &[("app.conf", &site("v3"))]);
+    wait_served(port, "v3", secs(10.0));
+    wait_slow("tend probe to say ready", secs(10.0), || {
+        (c.probe().0 == 0).then_some(())
+    });
+
+    let (took, code) = c.stop(30);
+    assert_eq!(code, 0);
+    assert!(took < secs(10.0), "podman stop took {took:?}");
+}
+
+/// A terminal: a detached tmux session on a server of its own, running
+/// `command` and then writing its exit status to a file. Every byte the
+/// command writes to the terminal is recorded: tmux's pipe-pane is in place
+/// before the command starts (it waits on `tmux wait-for`).
+struct Terminal {
+    /// The tmux server's socket, in the sandbox, so that it goes with it.
+    socket: PathBuf,
+    output: PathBuf,
+    status: PathBuf,
+}
+
+/// `s` quoted for sh.
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+impl Terminal {
+    fn start(sb: &Sandbox, name: &str, command: &[&str]) -> Terminal {
+        let t = Terminal {
+            socket: sb.path(&format!("{name}.tmux")),
+            output: sb.path(&format!("{name}.terminal")),
+            status: sb.path(&format!("{name}.status")),
+        };
+        let argv: Vec<String> = command.iter().map(|a| quote(a)).collect();
+        let line = format!(
+            "tmux -S {} wait-for go && {}; echo $? > {}",
+            quote(&path(&t.socket)),
+            argv.join(" "),
+            quote(&path(&t.status))
+        );
+        t.tmux(&[
+            "-f",
+            "/dev/null",
+            "new-session",
+            "-d",
+            "-s",
+            "t",
+            "-x",
+            "100",
+            "-y",
+            "30",
+            &line,
+        ]);
+        let record = format!("cat >> {}", quote(&path(&t.output)));
+        t.tmux(&["pipe-pane", "-t", "t", &record, ";", "wait-for", "-S", "go"]);
+        t
+    }
+
+    fn tmux(&self, args: &[&str]) -> String {
+        let out = Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .args(args)
+            .env("CONTAINERS_CONF", repo("tests/support/containers.conf"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Everything written to the terminal so far, with the line
+    /// discipline's CR LF as LF.
+    fn output(&self) -> String {
+        fs::read_to_string(&self.output)
+            .unwrap_or_default()
+            .replace("\r\n", "\n")
+    }
+
+    fn wait_output(&self, what: &str, timeout: Duration, f: impl Fn(&str) -> bool) {
+        wait_for(what, timeout, || f(&self.output()).then_some(()));
+    }
+
+    /// Types `text` and Enter.
+    fn type_line(&self, text: &str) {
+        self.tmux(&["send-keys", "-t", "t", "-l", text]);
+        self.tmux(&["send-keys", "-t", "t", "Enter"]);
+    }
+
+    fn ctrl_c(&self) {
+        self.tmux(&["send-keys", "-t", "t", "C-c"]);
+    }
+
+    /// The command's exit status, once it has exited.
+    fn wait_status(&self, timeout: Duration) -> i32 {
+        wait_for("the terminal's command to exit", timeout, || {
+            fs::read_to_string(&self.status).ok()?.trim().parse().ok()
+        })
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- the terminal ---\n{:?}\n--- end ---", self.output());
+        }
+        let _ = Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .arg("kill-server")
+            .output();
+    }
+}
+
+/// Whether a process runs (on this host, in any container) with exactly `argv`.
+fn running(argv: &[&str]) -> bool {
+    let wanted: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    fs::read_dir("/proc").is_ok_and(|d| {
+        d.flatten()
+            .any(|e| fs::read(e.path().join("cmdline")).is_ok_and(|c| c == wanted))
+    })
+}
+
+/// `podman run --rm -it --name NAME IMAGE ARGS...`, for a terminal.
+fn run_it(c: &Container, image: &str, args: &[&str]) -> Vec<String> {
+    let mut argv: Vec<String> = ["podman", "--runtime", "runc", "run", "--rm", "-it"]
+        .map(String::from)
+        .into();
+    argv.extend(["--name".to_string(), c.name.clone(), image.to_string()]);
+    argv.extend(args.iter().map(|a| a.to_string()));
+    argv
+}
+
+#[test]
+fn podman_run_it_gives_the_shell_the_terminal_and_ctrl_c_stops_its_job() {
+    if !enabled() {
+        return;
+    }
+    images();
+    let sb = Sandbox::new();
+    let c = Container::named("shell");
+    let argv = run_it(&c, PLAIN, &[]);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let term = Terminal::start(&sb, "shell", &argv);
+    term.wait_output("the shell's prompt", secs(60.0), |s| s == "# ");
+
+    // Ctrl-C interrupts the shell's job, which is the terminal's foreground
+    // process group, and not the shell: it prompts again.
+    let sleep = ["sleep", "7654321"];
+    term.type_line(&sleep.join(" "));
+    wait_for("the job", secs(10.0), || running(&sleep).then_some(()));
+    term.ctrl_c();
+    wait_for("the job to end", secs(10.0), || {
+        (!running(&sleep)).then_some(())
+    });
+    term.type_line("echo alive-$((6*7))");
+    term.wait_output("the shell's answer", secs(10.0), |s| {
+        s.contains("\nalive-42\n")
+    });
+    term.type_line("exit 3");
+    assert_eq!(term.wait_status(secs(20.0)), 3, "the shell's exit code");
+
+    // Only the shell and the terminal's echo wrote to it: tend, a plain
+    // init, said nothing.
+    let expected = "# sleep 7654321\n^C\n# echo alive-$((6*7))\nalive-42\n# exit 3\n";
+    term.wait_output(&format!("{expected:?} on the terminal"), secs(5.0), |s| {
+        s == expected
+    });
+}
+
+#[test]
+fn podman_run_it_ctrl_c_ends_a_service_that_does_not_handle_it() {
+    if !enabled() {
+        return;
+    }
+    images();
+    let sb = Sandbox::new();
+    let sleep = ["sleep", "7654322"];
+    let c = Container::named("ctrl-c");
+    let argv = run_it(&c, PLAIN, &sleep);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let term = Terminal::start(&sb, "ctrl-c", &argv);
+    wait_for("the service", secs(60.0), || running(&sleep).then_some(()));
+    term.ctrl_c();
+    assert_eq!(
+        term.wait_status(secs(20.0)),
+        130,
+        "128 + SIGINT, from the service"
+    );
+    term.wait_output("only the echo of Ctrl-C", secs(5.0), |s| s == "^C");
+}
