@@ -574,8 +574,12 @@ fn an_exec_past_its_timeout_is_killed_reported_and_retried() {
     let tend = sb.tend().config(&cfg).start_ready();
     update(&sb, "v1");
     tend.wait_stderr("reload command failed (timed out after 500ms", secs(10.0));
-    let st = sb.wait_state("reloading", secs(5.0));
-    assert_eq!(st["watches"][0]["result"], "action_failed");
+    // The status said reloading while the exec ran, too: wait for its result.
+    let st = wait_for("the exec's failure in the status", secs(5.0), || {
+        sb.status()
+            .filter(|s| s["watches"][0]["result"] == "action_failed")
+    });
+    assert_eq!(st["state"], "reloading");
     assert_eq!(st["ready"], false);
     fs::write(&works, "").unwrap();
     sb.wait_ready(true, secs(10.0));
