@@ -52,38 +52,30 @@ pub fn prepare(dir: &Path) -> io::Result<Option<Restored>> {
         .mode(0o755)
         .create(dir)
         .map_err(|e| with_path(e, "cannot create", dir))?;
-    let current = published(dir);
-    let mut foreign = Vec::new();
     for entry in fs::read_dir(dir).map_err(|e| with_path(e, "cannot read", dir))? {
         let entry = entry.map_err(|e| with_path(e, "cannot read", dir))?;
         let name = entry.file_name();
-        let path = entry.path();
-        if name == DATA {
-            if current.is_none() {
-                remove(&path)?;
-            }
-        } else if is_internal(&name) {
-            if current.as_deref() != Some(name.as_os_str()) {
-                remove(&path)?;
-            }
-        } else if is_key_link(&path, &name) {
-            if current.is_none() {
-                remove(&path)?;
-            }
-        } else {
-            foreign.push(name);
+        if !is_internal(&name) && !is_key_link(&entry.path(), &name) {
+            return Err(io::Error::other(format!(
+                "{} holds {name:?}, which tend did not publish: `publish` needs a directory of \
+                 its own (an emptyDir such as /run/tend/NAME), and tend never deletes what it \
+                 did not write",
+                dir.display(),
+            )));
         }
     }
-    if let Some(name) = foreign.first() {
-        return Err(io::Error::other(format!(
-            "{} holds {:?}, which tend did not publish: `publish` needs a directory of its own \
-             (an emptyDir such as /run/tend/NAME), and tend never deletes what it did not write",
-            dir.display(),
-            name
-        )));
-    }
-    Ok(current.map(|g| Restored {
-        generation: g.to_string_lossy().into_owned(),
+    let Some(current) = published(dir) else {
+        // Nothing usable: whatever is left goes.
+        for entry in fs::read_dir(dir).map_err(|e| with_path(e, "cannot read", dir))? {
+            remove(&entry.map_err(|e| with_path(e, "cannot read", dir))?.path())?;
+        }
+        return Ok(None);
+    };
+    // A tend killed in the middle of a publication may have left keys
+    // unlinked, or a candidate beside it.
+    tidy(dir, &dir.join(&current), None)?;
+    Ok(Some(Restored {
+        generation: current.to_string_lossy().into_owned(),
     }))
 }
 
@@ -144,7 +136,14 @@ pub fn publish(dir: &Path, generation: &Path, keep_previous: bool) -> io::Result
     symlink(name, &tmp).map_err(|e| with_path(e, "cannot create", &tmp))?;
     fs::rename(&tmp, dir.join(DATA))
         .map_err(|e| with_path(e, "cannot rename over", &dir.join(DATA)))?;
-    // The keys of the new generation, then the removal of what it dropped.
+    tidy(dir, generation, previous.as_deref())?;
+    Ok(previous.map(|p| dir.join(p)))
+}
+
+/// Links the keys of the published `generation` at the top of `dir`, then
+/// removes the links of keys it does not hold and every other generation
+/// (but `keep`).
+fn tidy(dir: &Path, generation: &Path, keep: Option<&OsStr>) -> io::Result<()> {
     let mut keys = Vec::new();
     for entry in fs::read_dir(generation).map_err(|e| with_path(e, "cannot read", generation))? {
         let key = entry
@@ -164,7 +163,7 @@ pub fn publish(dir: &Path, generation: &Path, keep_previous: bool) -> io::Result
         let entry = entry.map_err(|e| with_path(e, "cannot read", dir))?;
         let name = entry.file_name();
         let stale = if is_internal(&name) {
-            name != DATA && name != name_of(generation) && Some(&name) != previous.as_ref()
+            name != DATA && name != name_of(generation) && Some(name.as_os_str()) != keep
         } else {
             !keys.contains(&name) && is_key_link(&entry.path(), &name)
         };
@@ -172,7 +171,7 @@ pub fn publish(dir: &Path, generation: &Path, keep_previous: bool) -> io::Result
             remove(&entry.path())?;
         }
     }
-    Ok(previous.map(|p| dir.join(p)))
+    Ok(())
 }
 
 /// Removes the candidate `generation` of `dir`, unless it is the one
@@ -349,6 +348,22 @@ mod tests {
         assert_eq!(restored.generation, name_of(&g1).to_string_lossy());
         assert!(!left.exists() && !dir.join(DATA_TMP).exists());
         assert_eq!(read(&dir, "a"), "1");
+    }
+
+    #[test]
+    fn a_publication_cut_short_is_completed_at_start_up() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().to_path_buf();
+        let g1 = generation(&dir, &[("a", "1"), ("gone", "1")]);
+        publish(&dir, &g1, false).unwrap();
+        // Killed after the ..data swap, before the keys were linked.
+        let g2 = generation(&dir, &[("a", "2"), ("new", "2")]);
+        symlink(name_of(&g2), dir.join(DATA_TMP)).unwrap();
+        fs::rename(dir.join(DATA_TMP), dir.join(DATA)).unwrap();
+        assert!(!dir.join("new").exists());
+        prepare(&dir).unwrap().expect("g2 is published");
+        assert_eq!(read(&dir, "new"), "2");
+        assert!(!dir.join("gone").exists() && !g1.exists());
     }
 
     #[test]
