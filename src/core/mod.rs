@@ -36,6 +36,7 @@
 //! - tend is ready only while the service runs and every watch's current
 //!   config passed its check and its action.
 
+pub mod metrics;
 pub mod pipeline;
 #[cfg(test)]
 mod tests;
@@ -52,6 +53,7 @@ use crate::process::ExitStatus;
 use crate::signals::{self, Role};
 use crate::status::{ServiceStatus, State, Status, WatchStatus};
 use crate::watch::{Fingerprint, WatchId};
+use metrics::{CheckOutcome, Metrics};
 use pipeline::{Batch, Observed, Pipeline, Verdict};
 
 /// The first delay before a restart after the service exited on its own.
@@ -360,6 +362,7 @@ pub struct Core {
     ready_check_delay: Duration,
     /// The last STATUS= text of each instance.
     statuses: BTreeMap<Pid, String>,
+    metrics: Metrics,
     out: Vec<Command>,
 }
 
@@ -382,6 +385,7 @@ impl Core {
             ready_check_at: None,
             ready_check_delay: READY_CHECK_INITIAL,
             statuses: BTreeMap::new(),
+            metrics: Metrics::new(watches.len()),
             out: Vec::new(),
         }
     }
@@ -408,7 +412,14 @@ impl Core {
         }
         self.on_time(now);
         self.advance(now);
+        self.metrics
+            .reloaded(&self.pipeline.take_outcomes(), now.wall);
         std::mem::take(&mut self.out)
+    }
+
+    /// The counters of `GET /metrics`.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     /// The next time something is due; None when nothing is (an idle tend
@@ -750,6 +761,12 @@ impl Core {
         let mut output = exit.output.unwrap_or_default();
         match job.role {
             JobRole::Check(id, fp) => {
+                let outcome = match (job.timed_out, passed) {
+                    (true, _) => CheckOutcome::TimedOut,
+                    (false, true) => CheckOutcome::Passed,
+                    (false, false) => CheckOutcome::Failed,
+                };
+                self.metrics.checked(id, outcome, took);
                 if job.timed_out {
                     output.push_str(&format!(
                         "\n[tend: the check timed out after {took:?} and was killed]"

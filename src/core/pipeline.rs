@@ -114,6 +114,9 @@ pub struct Report<'a> {
 
 pub struct Pipeline {
     entries: Vec<Entry>,
+    /// Reloads that ended since [`Pipeline::take_outcomes`]: the watch, and
+    /// whether its change was applied (false: rejected, or its action failed).
+    outcomes: Vec<(WatchId, bool)>,
 }
 
 impl Pipeline {
@@ -136,7 +139,13 @@ impl Pipeline {
                     recheck_delay: w.recheck,
                 })
                 .collect(),
+            outcomes: Vec::new(),
         }
+    }
+
+    /// The reloads that ended since the last call, in order.
+    pub fn take_outcomes(&mut self) -> Vec<(WatchId, bool)> {
+        std::mem::take(&mut self.outcomes)
     }
 
     fn ids(&self) -> impl Iterator<Item = WatchId> + use<> {
@@ -199,7 +208,7 @@ impl Pipeline {
         output: String,
         now: Instant,
     ) -> Verdict {
-        let e = self.entry(id);
+        let e = &mut self.entries[id.0];
         if e.stage != Stage::Checking(fp) {
             return Verdict::Stale;
         }
@@ -219,6 +228,7 @@ impl Pipeline {
             e.stage = Stage::RecheckAt(fp, now + recheck_in);
             e.result = WatchResult::Invalid;
             e.good = false;
+            self.outcomes.push((id, false));
             Verdict::Failed { recheck_in }
         }
     }
@@ -265,7 +275,7 @@ impl Pipeline {
     /// passed its check ([`Pipeline::all_passed`]), so every pending action
     /// is done.
     pub fn started(&mut self) {
-        for e in &mut self.entries {
+        for (i, e) in self.entries.iter_mut().enumerate() {
             if let Stage::Valid(fp) | Stage::Acting(fp) | Stage::RetryAt(fp, _) = e.stage
                 && e.seen == Some(fp)
             {
@@ -273,6 +283,9 @@ impl Pipeline {
                 e.retry_delay = RETRY_INITIAL;
             }
             if e.stage == Stage::Idle && e.passed.is_some() && e.passed == e.seen {
+                if e.result != WatchResult::Applied {
+                    self.outcomes.push((WatchId(i), true));
+                }
                 e.result = WatchResult::Applied;
                 e.good = true;
             }
@@ -334,9 +347,10 @@ impl Pipeline {
 
     /// The action for watch `id` succeeded or failed.
     pub fn action_finished(&mut self, id: WatchId, ok: bool, now: Instant) {
-        let e = self.entry(id);
+        let e = &mut self.entries[id.0];
         let Stage::Acting(fp) = e.stage else { return };
         let superseded = e.seen != Some(fp);
+        self.outcomes.push((id, ok));
         if ok {
             e.good = true;
             e.retry_delay = RETRY_INITIAL;
