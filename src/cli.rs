@@ -46,6 +46,7 @@ Usage: tend probe [--config PATH]
 
 For an exec readinessProbe: reads [readiness] status_file (else file) that the
 running tend writes, prints one line saying whether it is ready and why not.
+With [http] listen, GET /ready gives the same verdict to an httpGet probe.
 Exit status: 0 ready, 1 not ready, 2 when the config gives nothing to probe.";
 
 const STATUS_HELP: &str = "\

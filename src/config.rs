@@ -37,6 +37,15 @@ pub struct Config {
     pub watches: Vec<Watch>,
     /// Listening sockets tend holds for the service (fds 3.. in this order).
     pub sockets: Vec<SocketSpec>,
+    /// `[http]`: tend's own HTTP server (/ready, /status, /metrics); off
+    /// unless configured.
+    pub http: Option<Http>,
+}
+
+/// `[http]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Http {
+    pub listen: std::net::SocketAddr,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -313,8 +322,16 @@ impl Config {
             }
             sockets.push(spec);
         }
+        let http = match raw.http {
+            Some(h) => {
+                let span = h.span();
+                Some(h.into_inner().into_http(text, span, &sockets)?)
+            }
+            None => None,
+        };
         let config = Config {
             sockets,
+            http,
             service: raw.service.into_service(text)?,
             readiness: Readiness {
                 file: raw.readiness.file.map(Spanned::into_inner),
@@ -402,6 +419,11 @@ impl Config {
             }
         }
 
+        if let Some(h) = &self.http {
+            out.push_str("\n[http]\n");
+            writeln!(out, "listen = {}", quote(&h.listen.to_string())).unwrap();
+        }
+
         for w in &self.watches {
             out.push_str("\n[[watch]]\n");
             writeln!(out, "name = {}", quote(&w.name)).unwrap();
@@ -480,6 +502,57 @@ struct RawConfig {
     watch: Vec<RawWatch>,
     #[serde(default)]
     socket: Vec<Spanned<RawSocket>>,
+    http: Option<Spanned<RawHttpServer>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHttpServer {
+    listen: Option<Spanned<String>>,
+}
+
+impl RawHttpServer {
+    /// `[http] listen`: a TCP address that no `[[socket]]` takes.
+    fn into_http(
+        self,
+        text: &str,
+        span: Range<usize>,
+        sockets: &[SocketSpec],
+    ) -> Result<Http, String> {
+        let Some(listen) = self.listen else {
+            return Err(at(
+                text,
+                span,
+                "[http] needs `listen`, like listen = \"0.0.0.0:9533\" (leave out [http] for no server)",
+            ));
+        };
+        let span = listen.span();
+        let addr = match listen.get_ref().parse::<crate::sockets::Listen>() {
+            Ok(crate::sockets::Listen::Tcp(addr)) => addr,
+            Ok(crate::sockets::Listen::Unix(_)) => {
+                return Err(at(
+                    text,
+                    span,
+                    "[http] listen takes a TCP address like \"0.0.0.0:9533\" or \"[::]:9533\": \
+                     probes and Prometheus connect over TCP",
+                ));
+            }
+            Err(e) => return Err(at(text, span, &format!("[http] listen: {e}"))),
+        };
+        if let Some(s) = sockets.iter().find(
+            |s| matches!(s.listen, crate::sockets::Listen::Tcp(a) if a == addr && a.port() != 0),
+        ) {
+            return Err(at(
+                text,
+                span,
+                &format!(
+                    "[http] listen {addr} is the address of [[socket]] {:?}: tend's server needs a port of its own",
+                    s.name
+                ),
+            ));
+        }
+        Ok(Http { listen: addr })
+    }
 }
 
 #[derive(Deserialize)]
@@ -1350,6 +1423,42 @@ debounce = "2m"
                 "line 3"
             };
             assert!(e.contains(says) && e.contains(line), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_http_server_is_off_unless_it_has_an_address() {
+        assert_eq!(Config::parse("").unwrap().http, None);
+        assert!(!Config::parse("").unwrap().describe().contains("[http]"));
+        for listen in ["0.0.0.0:9533", "[::]:9533", "127.0.0.1:0"] {
+            let c = Config::parse(&format!("[http]\nlisten = {listen:?}\n")).unwrap();
+            assert_eq!(c.http.as_ref().unwrap().listen, listen.parse().unwrap());
+            assert!(
+                c.describe()
+                    .contains(&format!("\n[http]\nlisten = {listen:?}\n"))
+            );
+            assert_eq!(Config::parse(&c.describe()).unwrap(), c);
+        }
+        for (bad, says) in [
+            ("[http]\n", "line 1, column 1: [http] needs `listen`"),
+            ("[http]\nlisten = \"9533\"\n", "line 2"),
+            (
+                "[http]\nlisten = \"localhost:9533\"\n",
+                "does not resolve host names",
+            ),
+            ("[http]\nlisten = \"unix:/run/tend.sock\"\n", "TCP address"),
+            ("[http]\nlisten = 9533\n", "line 2"),
+            (
+                "[http]\nlisten = \"0.0.0.0:9533\"\nport = 1\n",
+                "unknown field",
+            ),
+            (
+                "[[socket]]\nname = \"web\"\nlisten = \"0.0.0.0:8080\"\n[http]\nlisten = \"0.0.0.0:8080\"\n",
+                "line 5, column 10: [http] listen 0.0.0.0:8080 is the address of [[socket]] \"web\"",
+            ),
+        ] {
+            let e = err(bad);
+            assert!(e.contains(says), "{bad:?}: {e}");
         }
     }
 

@@ -9,6 +9,7 @@ pub mod config;
 pub mod core;
 pub mod envfile;
 pub mod http_action;
+pub mod http_server;
 pub mod log;
 pub mod notify;
 pub mod probe;

@@ -7,6 +7,7 @@ use tracing::level_filters::LevelFilter;
 
 use tend::cli::{self, Cli, Mode, Parsed};
 use tend::config::{self, Config, ConfigError};
+use tend::http_server::HttpServer;
 use tend::{http_action, log, probe, show, signals, sockets, supervisor};
 
 /// Why tend stopped before or instead of running the service.
@@ -119,10 +120,23 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             // thread: the sockets take fds 3.. (see sockets.rs).
             let sockets =
                 sockets::bind_all(&config.sockets).map_err(|e| Failure::Usage(e.to_string()))?;
+            // After the sockets, so it takes none of fds 3..; before the
+            // service starts, so a port in use stops tend with a clear error.
+            let http = match &config.http {
+                Some(h) => {
+                    let server = HttpServer::bind(h.listen).map_err(Failure::Usage)?;
+                    tracing::info!(
+                        "HTTP server listening on {}: GET /ready, /status, /metrics",
+                        server.local_addr()
+                    );
+                    Some(server)
+                }
+                None => None,
+            };
             // Before the service first starts: what it reads is there.
             let restored = tend::watch::publish::prepare_all(&config.watches, &current_dir()?)
                 .map_err(|e| Failure::Usage(format!("{e:#}")))?;
-            supervisor::Supervisor::new(&config, argv, sockets, restored)
+            supervisor::Supervisor::new(&config, argv, sockets, http, restored)
                 .and_then(|s| s.run())
                 .map_err(Failure::Internal)
         }

@@ -57,6 +57,12 @@ fn from_status(path: &Path) -> (bool, String) {
             );
         }
     };
+    verdict(&status)
+}
+
+/// Whether `status` is ready, and the line that says so or why not: what
+/// `tend probe` prints and `GET /ready` answers.
+pub fn verdict(status: &Status) -> (bool, String) {
     if status.ready {
         return (true, format!("ready (state {})", status.state.as_str()));
     }

@@ -284,8 +284,9 @@ fn call(what: &'static str) -> impl Fn(Errno) -> String {
     move |e| format!("{what}: {}", e.desc())
 }
 
-/// One listening socket, close-on-exec, wherever the kernel put it.
-fn bind(spec: &SocketSpec) -> Result<OwnedFd, String> {
+/// One listening socket, close-on-exec, wherever the kernel put it (also
+/// tend's own HTTP server's, see http_server.rs).
+pub fn bind(spec: &SocketSpec) -> Result<OwnedFd, String> {
     let backlog = spec
         .backlog
         .map_or(libc::SOMAXCONN, |b| i32::try_from(b).unwrap_or(i32::MAX));

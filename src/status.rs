@@ -93,8 +93,9 @@ impl WatchResult {
     }
 }
 
-/// What the status file says. `updated_at` is filled in when it is written,
-/// so it never makes two statuses differ.
+/// What the status file says. `updated_at` is filled in when the status is
+/// published (the time it last changed), so it never makes two statuses
+/// differ.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Status {
     pub state: State,
@@ -142,8 +143,9 @@ pub struct WatchStatus {
 pub struct ReadinessFiles {
     file: Option<PathBuf>,
     status_file: Option<PathBuf>,
-    /// What the files should say.
+    /// What the files should say, and since when (RFC 3339).
     wanted: Option<Status>,
+    updated_at: String,
     /// Whether the ready file exists, as far as tend knows; None at first,
     /// so that a ready file left by an earlier run is removed.
     ready_written: Option<bool>,
@@ -165,6 +167,7 @@ impl ReadinessFiles {
             file: cfg.file.clone(),
             status_file: cfg.status_file.clone(),
             wanted: None,
+            updated_at: String::new(),
             ready_written: None,
             status_written: None,
             retry: None,
@@ -182,7 +185,19 @@ impl ReadinessFiles {
             return;
         }
         self.wanted = Some(status);
+        self.updated_at = crate::time::rfc3339_millis(SystemTime::now());
         self.write(now);
+    }
+
+    /// The status last published (whether or not any file is configured).
+    pub fn current(&self) -> Option<&Status> {
+        self.wanted.as_ref()
+    }
+
+    /// The status file's content for the status last published: the same
+    /// bytes, whether or not a status file is configured.
+    pub fn json(&self) -> Option<Vec<u8>> {
+        self.wanted.as_ref().map(|s| render(s, &self.updated_at))
     }
 
     /// When a failed write is to be tried again; None when nothing failed.
@@ -239,11 +254,7 @@ impl ReadinessFiles {
         if let Some(f) = &self.status_file
             && self.status_written.as_ref() != Some(&wanted)
         {
-            let mut status = wanted.clone();
-            status.updated_at = crate::time::rfc3339_millis(SystemTime::now());
-            let mut json = serde_json::to_vec_pretty(&status).expect("a status serializes");
-            json.push(b'\n');
-            match write_atomically(f, &json) {
+            match write_atomically(f, &render(&wanted, &self.updated_at)) {
                 Ok(()) => self.status_written = Some(wanted.clone()),
                 Err(e) => errors.push(e),
             }
@@ -273,6 +284,15 @@ impl ReadinessFiles {
             }
         }
     }
+}
+
+/// The status file's bytes: `status` stamped with `updated_at`.
+fn render(status: &Status, updated_at: &str) -> Vec<u8> {
+    let mut status = status.clone();
+    status.updated_at = updated_at.to_string();
+    let mut json = serde_json::to_vec_pretty(&status).expect("a status serializes");
+    json.push(b'\n');
+    json
 }
 
 /// Removes the ready file. One that is not there is not an error, even where

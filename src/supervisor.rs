@@ -26,7 +26,9 @@ use crate::core::{
     Command, Content, Core, Event, Exit, Notification, Now, Settings, SpawnFailure, SpawnKind,
 };
 use crate::envfile;
+use crate::http_server::{HttpServer, Page, Reply};
 use crate::notify::{self, NotifySocket};
+use crate::probe;
 use crate::process::job::Job;
 use crate::process::reaper;
 use crate::process::spawn::{self, Output, Spec};
@@ -55,6 +57,8 @@ pub struct Supervisor {
     notify: Option<NotifySocket>,
     /// What the service gets besides `env` (NOTIFY_SOCKET).
     service_env: Vec<(String, String)>,
+    /// `[http] listen`: /ready, /status and /metrics.
+    http: Option<HttpServer>,
 }
 
 impl Supervisor {
@@ -64,6 +68,7 @@ impl Supervisor {
         config: &Config,
         argv: Vec<String>,
         sockets: Held,
+        http: Option<HttpServer>,
         restored: Vec<Option<Restored>>,
     ) -> anyhow::Result<Supervisor> {
         let pid1 = nix::unistd::getpid().as_raw() == 1;
@@ -137,6 +142,7 @@ impl Supervisor {
             sockets,
             notify,
             service_env,
+            http,
         })
     }
 
@@ -154,6 +160,9 @@ impl Supervisor {
                 }
             }
             self.readiness.publish(self.core.status(), now.mono);
+            // After the signals and exits of this wake-up were acted on, and
+            // with the status they led to.
+            self.serve_http();
             self.wait(&mut events)?;
             events.push_back(Event::Tick);
         }
@@ -317,13 +326,17 @@ impl Supervisor {
 
     /// Sleeps until something happens or is due, and queues what happened.
     fn wait(&mut self, events: &mut VecDeque<Event>) -> anyhow::Result<()> {
-        let deadline = [self.core.deadline(), self.readiness.deadline()]
-            .into_iter()
-            .flatten()
-            .min();
+        let deadline = [
+            self.core.deadline(),
+            self.readiness.deadline(),
+            self.http.as_ref().and_then(HttpServer::deadline),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         let timeout =
             deadline.map(|d| TimeSpec::from_duration(d.saturating_duration_since(Instant::now())));
-        let (signals, watcher, notify, jobs) = {
+        let (signals, watcher, notify, jobs, http) = {
             let mut fds = vec![PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
             let watcher_fds = self.watcher.poll_fds();
             let watcher_at = fds.len();
@@ -337,6 +350,15 @@ impl Supervisor {
                 fds.push(PollFd::new(n.fd(), PollFlags::POLLIN));
                 fds.len() - 1
             });
+            let http_fds = self.http.as_ref().map(HttpServer::poll_fds);
+            let http_at = fds.len();
+            let http_n = http_fds.as_ref().map_or(0, Vec::len);
+            fds.extend(
+                http_fds
+                    .into_iter()
+                    .flatten()
+                    .map(|(fd, flags)| PollFd::new(fd, flags)),
+            );
             let mut job_at = Vec::new();
             for (i, j) in self.jobs.iter().enumerate() {
                 if let Some(fd) = j.fd() {
@@ -361,8 +383,14 @@ impl Supervisor {
                     .collect::<Vec<bool>>(),
                 notify_at.is_some_and(ready),
                 jobs,
+                (http_at..http_at + http_n)
+                    .map(ready)
+                    .collect::<Vec<bool>>(),
             )
         };
+        if let Some(server) = &mut self.http {
+            server.set_ready(&http);
+        }
         let now = Instant::now();
         // Output first: a reaper pass below may finish these jobs.
         for i in jobs {
@@ -420,6 +448,36 @@ impl Supervisor {
             },
         }));
         Ok(())
+    }
+
+    /// Answers the HTTP clients that are ready, from the status just
+    /// published.
+    fn serve_http(&mut self) {
+        let Some(server) = &mut self.http else {
+            return;
+        };
+        let (readiness, core) = (&self.readiness, &self.core);
+        server.serve(Instant::now(), &mut |page| {
+            let Some(status) = readiness.current() else {
+                return Reply::text(503, "not ready: starting");
+            };
+            match page {
+                Page::Ready => {
+                    let (ready, line) = probe::verdict(status);
+                    Reply::text(if ready { 200 } else { 503 }, &line)
+                }
+                Page::Status => Reply {
+                    code: 200,
+                    content_type: "application/json",
+                    body: readiness.json().unwrap_or_default(),
+                },
+                Page::Metrics => Reply {
+                    code: 200,
+                    content_type: "text/plain; version=0.0.4; charset=utf-8",
+                    body: core.metrics().render(status).into_bytes(),
+                },
+            }
+        });
     }
 
     /// Drains the signalfd: every signal becomes an event in the order it

@@ -36,6 +36,7 @@
 //! - tend is ready only while the service runs and every watch's current
 //!   config passed its check and its action.
 
+pub mod metrics;
 pub mod pipeline;
 #[cfg(test)]
 mod tests;
@@ -52,6 +53,7 @@ use crate::process::ExitStatus;
 use crate::signals::{self, Role};
 use crate::status::{ServiceStatus, State, Status, WatchStatus};
 use crate::watch::{Fingerprint, SnapshotError, WatchId};
+use metrics::{CheckOutcome, Metrics};
 use pipeline::{Batch, Observed, Pipeline, Verdict};
 
 /// The first delay before a restart after the service exited on its own.
@@ -430,6 +432,7 @@ pub struct Core {
     verifications: BTreeMap<WatchId, Verification>,
     /// splitmix64's state, for splay.
     rng: u64,
+    metrics: Metrics,
     out: Vec<Command>,
 }
 
@@ -453,6 +456,7 @@ impl Core {
             statuses: BTreeMap::new(),
             verifications: BTreeMap::new(),
             rng: settings.seed,
+            metrics: Metrics::new(watches.len()),
             settings,
             out: Vec::new(),
         }
@@ -522,7 +526,14 @@ impl Core {
         }
         self.on_time(now);
         self.advance(now);
+        self.metrics
+            .reloaded(&self.pipeline.take_outcomes(), now.wall);
         std::mem::take(&mut self.out)
+    }
+
+    /// The counters of `GET /metrics`.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     /// The next time something is due; None when nothing is (an idle tend
@@ -874,6 +885,12 @@ impl Core {
         let mut output = exit.output.unwrap_or_default();
         match job.role {
             JobRole::Check(id, fp) => {
+                let outcome = match (job.timed_out, passed) {
+                    (true, _) => CheckOutcome::TimedOut,
+                    (false, true) => CheckOutcome::Passed,
+                    (false, false) => CheckOutcome::Failed,
+                };
+                self.metrics.checked(id, outcome, took);
                 if job.timed_out {
                     output.push_str(&format!(
                         "\n[tend: the check timed out after {took:?} and was killed]"

@@ -158,6 +158,9 @@ pub struct Report<'a> {
 
 pub struct Pipeline {
     entries: Vec<Entry>,
+    /// Reloads that ended since [`Pipeline::take_outcomes`]: the watch, and
+    /// whether its change was applied (false: rejected, or its action failed).
+    outcomes: Vec<(WatchId, bool)>,
 }
 
 /// A snapshot that found the content changed is made again after this,
@@ -208,7 +211,13 @@ impl Pipeline {
                     recheck_delay: w.recheck,
                 })
                 .collect(),
+            outcomes: Vec::new(),
         }
+    }
+
+    /// The reloads that ended since the last call, in order.
+    pub fn take_outcomes(&mut self) -> Vec<(WatchId, bool)> {
+        std::mem::take(&mut self.outcomes)
     }
 
     fn ids(&self) -> impl Iterator<Item = WatchId> + use<> {
@@ -267,8 +276,9 @@ impl Pipeline {
     /// (`why`: a full disk, permissions): the watch's action failed, and the
     /// whole step is tried again after the recheck back-off. Returns when.
     pub fn fault(&mut self, id: WatchId, fp: Fingerprint, why: String, now: Instant) -> Duration {
-        let e = self.entry(id);
+        let e = &mut self.entries[id.0];
         let again_in = e.recheck_delay;
+        self.outcomes.push((id, false));
         e.check_output = why;
         e.good = false;
         if e.seen == Some(fp) {
@@ -405,7 +415,7 @@ impl Pipeline {
         output: String,
         now: Instant,
     ) -> Verdict {
-        let e = self.entry(id);
+        let e = &mut self.entries[id.0];
         if e.stage != Stage::Checking(fp) {
             return Verdict::Stale;
         }
@@ -429,6 +439,7 @@ impl Pipeline {
             e.stage = Stage::RecheckAt(fp, now + recheck_in);
             e.result = WatchResult::Invalid;
             e.good = false;
+            self.outcomes.push((id, false));
             Verdict::Failed { recheck_in }
         }
     }
@@ -476,7 +487,7 @@ impl Pipeline {
     /// passed its check (the published copy, with `publish`), so every
     /// pending action for that content is done.
     pub fn started(&mut self) {
-        for e in &mut self.entries {
+        for (i, e) in self.entries.iter_mut().enumerate() {
             let read = if e.publish {
                 match e.published {
                     Some(Published::Now(fp)) => Some(fp),
@@ -508,6 +519,9 @@ impl Pipeline {
                 e.retry_delay = RETRY_INITIAL;
             }
             if e.stage == Stage::Idle && e.passed.is_some() && e.passed == e.seen {
+                if e.result != WatchResult::Applied {
+                    self.outcomes.push((WatchId(i), true));
+                }
                 e.result = WatchResult::Applied;
                 e.good = true;
             }
@@ -569,7 +583,7 @@ impl Pipeline {
 
     /// The action for watch `id` succeeded or failed.
     pub fn action_finished(&mut self, id: WatchId, ok: bool, now: Instant) {
-        let e = self.entry(id);
+        let e = &mut self.entries[id.0];
         let Stage::Acting(fp) = e.stage else { return };
         let superseded = e.seen != Some(fp);
         if ok && e.reapplying {
@@ -583,6 +597,9 @@ impl Pipeline {
                 Stage::Idle
             };
         } else if ok {
+            if !e.verify || superseded {
+                self.outcomes.push((id, true));
+            }
             e.good = true;
             e.retry_delay = RETRY_INITIAL;
             if superseded {
@@ -595,6 +612,7 @@ impl Pipeline {
                 e.result = WatchResult::Applied;
             }
         } else {
+            self.outcomes.push((id, false));
             e.good = false;
             if superseded {
                 e.stage = Stage::NeedsCheck;
@@ -621,12 +639,13 @@ impl Pipeline {
     /// `verify` passed for `fp`: it is applied. Returns the generation kept
     /// for a rollback, no longer needed.
     pub fn verified(&mut self, id: WatchId, fp: Fingerprint, output: String) -> Option<PathBuf> {
-        let e = self.entry(id);
+        let e = &mut self.entries[id.0];
         if e.stage != Stage::Verifying(fp) {
             return None;
         }
         e.check_output = output;
         e.result = WatchResult::Applied;
+        self.outcomes.push((id, true));
         e.stage = if e.seen == Some(fp) {
             Stage::Idle
         } else {
@@ -644,10 +663,11 @@ impl Pipeline {
         fp: Fingerprint,
         output: String,
     ) -> Option<PathBuf> {
-        let e = self.entry(id);
+        let e = &mut self.entries[id.0];
         if e.stage != Stage::Verifying(fp) {
             return None;
         }
+        self.outcomes.push((id, false));
         e.check_output = output;
         e.good = false;
         if let Some((dir, _)) = &e.previous {
