@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A service for benchmarks: prints "<monotonic_ns> <content of FILE>" on
-stdout for every SIGHUP, and "TERM <monotonic_ns>" for SIGTERM (then exits),
-as soon as each arrives (sigwaitinfo, no handler).
+stdout for every SIGHUP, "USR1 <monotonic_ns>" for every SIGUSR1, and "TERM
+<monotonic_ns>" for SIGTERM (then exits), as soon as each arrives
+(sigwaitinfo, no handler).
 
     recorder.py FILE
 """
@@ -11,15 +12,19 @@ import sys
 import time
 
 path = sys.argv[1]
-signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP, signal.SIGTERM})
+WANTED = {signal.SIGHUP, signal.SIGTERM, signal.SIGUSR1}
+signal.pthread_sigmask(signal.SIG_BLOCK, WANTED)
 out = os.fdopen(1, "w", buffering=1)
 out.write(f"ready {time.monotonic_ns()}\n")
 while True:
-    info = signal.sigwaitinfo({signal.SIGHUP, signal.SIGTERM})
+    info = signal.sigwaitinfo(WANTED)
     now = time.monotonic_ns()
     if info.si_signo == signal.SIGTERM:
         out.write(f"TERM {now}\n")
         sys.exit(0)
+    if info.si_signo == signal.SIGUSR1:
+        out.write(f"USR1 {now}\n")
+        continue
     try:
         with open(path) as f:
             content = f.read().strip()

@@ -13,6 +13,7 @@
 //! the signalfd and are forwarded, as dumb-init does.
 
 use std::fmt;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::str::FromStr;
 
 use nix::errno::Errno;
@@ -124,6 +125,34 @@ pub fn handled() -> SigSet {
             libc::sigaddset(&mut set, s);
         }
         SigSet::from_sigset_t_unchecked(set)
+    }
+}
+
+/// How many signalfd records one [`read_queued`] takes at most.
+pub const BATCH: usize = 16;
+
+/// Reads up to `buf.len()` queued signals from the non-blocking signalfd
+/// `fd` in one `read(2)`, and returns how many it got: 0 when none was
+/// queued. Fewer than `buf.len()` means the queue was empty after them, so
+/// a wake-up costs one read, not one per signal plus one to see EAGAIN.
+pub fn read_queued(fd: BorrowedFd<'_>, buf: &mut [libc::signalfd_siginfo]) -> Result<usize, Errno> {
+    let size = std::mem::size_of::<libc::signalfd_siginfo>();
+    loop {
+        // SAFETY: the kernel writes at most `size_of_val(buf)` bytes into
+        // `buf`, whole records only, and signalfd_siginfo is plain data.
+        let n = unsafe {
+            libc::read(
+                fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                std::mem::size_of_val(buf),
+            )
+        };
+        match Errno::result(n) {
+            Ok(n) => return Ok(n as usize / size),
+            Err(Errno::EAGAIN) => return Ok(0),
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(e),
+        }
     }
 }
 

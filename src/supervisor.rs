@@ -59,6 +59,11 @@ pub struct Supervisor {
     service_env: Vec<(String, String)>,
     /// `[http] listen`: /ready, /status and /metrics.
     http: Option<HttpServer>,
+    /// The signals the signalfd reads, for waiting on them alone.
+    handled: nix::sys::signal::SigSet,
+    /// Whether anything reads the status: readiness files, or watches
+    /// (whose "ready" and "not ready" the core logs). A plain init skips it.
+    publishes: bool,
 }
 
 impl Supervisor {
@@ -88,6 +93,7 @@ impl Supervisor {
         .context("signalfd() failed: tend cannot receive signals")?;
         let cwd = std::env::current_dir().context("cannot read the current directory")?;
         let readiness = ReadinessFiles::new(&config.readiness);
+        let publishes = readiness.configured() || !config.watches.is_empty();
         let notify = if config.service.notify {
             Some(NotifySocket::new().context("cannot create the notify socket (notify = true)")?)
         } else {
@@ -142,7 +148,9 @@ impl Supervisor {
             sockets,
             notify,
             service_env,
+            publishes: publishes || http.is_some(),
             http,
+            handled: signals::handled(),
         })
     }
 
@@ -154,12 +162,12 @@ impl Supervisor {
             while let Some(event) = events.pop_front() {
                 let commands = self.core.handle(now, event);
                 if let Some(code) = self.perform(commands, now) {
-                    self.readiness.publish(self.core.status(), now.mono);
+                    self.publish(now.mono);
                     self.readiness.withdraw();
                     return Ok(code);
                 }
             }
-            self.readiness.publish(self.core.status(), now.mono);
+            self.publish(now.mono);
             // After the signals and exits of this wake-up were acted on, and
             // with the status they led to.
             self.serve_http();
@@ -324,6 +332,12 @@ impl Supervisor {
         }
     }
 
+    fn publish(&mut self, now: Instant) {
+        if self.publishes {
+            self.readiness.publish(self.core.status(), now);
+        }
+    }
+
     /// Sleeps until something happens or is due, and queues what happened.
     fn wait(&mut self, events: &mut VecDeque<Event>) -> anyhow::Result<()> {
         let deadline = [
@@ -334,6 +348,14 @@ impl Supervisor {
         .into_iter()
         .flatten()
         .min();
+        if deadline.is_none()
+            && self.jobs.is_empty()
+            && self.notify.is_none()
+            && self.http.is_none()
+            && self.watcher.poll_fds().is_empty()
+        {
+            return self.wait_for_signal(events);
+        }
         let timeout =
             deadline.map(|d| TimeSpec::from_duration(d.saturating_duration_since(Instant::now())));
         let (signals, watcher, notify, jobs, http) = {
@@ -480,25 +502,55 @@ impl Supervisor {
         });
     }
 
+    /// Waits for nothing but a signal, as a plain init does most of the time:
+    /// one `sigwaitinfo` takes it from the same queue the signalfd reads,
+    /// instead of a `ppoll` and a `read`. Signals still queued are taken by
+    /// the next call, in the same order.
+    fn wait_for_signal(&mut self, events: &mut VecDeque<Event>) -> anyhow::Result<()> {
+        // SAFETY: siginfo_t is plain data; sigwaitinfo writes it.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: both pointers are to live locals of the right types.
+        let signo = unsafe { libc::sigwaitinfo(self.handled.as_ref(), &mut info) };
+        match signo {
+            -1 if Errno::last() == Errno::EINTR => {}
+            -1 => return Err(Errno::last()).context("sigwaitinfo() failed"),
+            libc::SIGCHLD => events.push_back(self.reap()),
+            signo => events.push_back(Event::Signal {
+                signo,
+                // SAFETY: si_pid reads the union as the kill() record, as
+                // the signalfd's ssi_pid does for every signal.
+                from: unsafe { info.si_pid() } as u32,
+                code: info.si_code,
+            }),
+        }
+        Ok(())
+    }
+
     /// Drains the signalfd: every signal becomes an event in the order it
     /// came; SIGCHLDs, which coalesce, become one reaper pass after them.
     fn read_signals(&mut self, events: &mut VecDeque<Event>) {
         let mut child = false;
+        // SAFETY: signalfd_siginfo is plain data; all zeroes is a valid value.
+        let mut queued: [libc::signalfd_siginfo; signals::BATCH] = unsafe { std::mem::zeroed() };
         loop {
-            match self.signals.read_signal() {
-                Ok(Some(info)) => {
-                    let signo = info.ssi_signo as i32;
-                    if signo == libc::SIGCHLD {
-                        child = true;
-                    } else {
-                        events.push_back(Event::Signal {
-                            signo,
-                            from: info.ssi_pid,
-                            code: info.ssi_code,
-                        });
+            match signals::read_queued(self.signals.as_fd(), &mut queued) {
+                Ok(n) => {
+                    for info in &queued[..n] {
+                        let signo = info.ssi_signo as i32;
+                        if signo == libc::SIGCHLD {
+                            child = true;
+                        } else {
+                            events.push_back(Event::Signal {
+                                signo,
+                                from: info.ssi_pid,
+                                code: info.ssi_code,
+                            });
+                        }
+                    }
+                    if n < queued.len() {
+                        break;
                     }
                 }
-                Ok(None) => break,
                 Err(e) => {
                     tracing::error!("read() on the signalfd failed: {e}");
                     break;
