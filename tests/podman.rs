@@ -326,6 +326,18 @@ fn wait_served(port: u16, body: &str, timeout: Duration) {
     });
 }
 
+/// nginx retires the previous generation of workers a moment after a reload,
+/// and until then one of them may still answer a new connection: waits until
+/// 20 requests in a row get `body`, so that what follows sees tend's doing
+/// and not nginx's lag.
+fn wait_only_served(port: u16, body: &str, timeout: Duration) {
+    wait_for(&format!("only {body:?} on port {port}"), timeout, || {
+        (0..20)
+            .all(|_| get(port).as_deref() == Ok(body))
+            .then_some(())
+    });
+}
+
 #[test]
 fn nginx_reloads_a_mounted_configmap_and_stops_gracefully_on_podman_stop() {
     if !enabled() {
@@ -357,6 +369,7 @@ fn nginx_reloads_a_mounted_configmap_and_stops_gracefully_on_podman_stop() {
         project(&config, &[("app.conf", &site(&body))]);
         wait_served(port, &body, secs(10.0));
     }
+    wait_only_served(port, "v3", secs(10.0));
 
     // Rejected by nginx -t: not ready, nginx keeps serving v3.
     project(
@@ -500,7 +513,7 @@ fn a_locked_down_container_keeps_its_readiness_files_on_a_tmpfs() {
     assert!(err.contains("Read-only file system"), "{err}");
 
     project(&config, &[("app.conf", &site("v1"))]);
-    wait_served(port, "v1", secs(10.0));
+    wait_only_served(port, "v1", secs(10.0));
     project(
         &config,
         &[("app.conf", &site("v2").replace("listen", "lissen"))],
