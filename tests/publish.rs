@@ -14,6 +14,16 @@ use common::kubelet::{project, project_mode};
 use common::*;
 use nix::sys::signal::Signal;
 
+/// Every entry of a directory, sorted.
+fn entries(dir: &Path) -> Vec<String> {
+    let mut e: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    e.sort();
+    e
+}
+
 /// The generation directories in a publish directory.
 fn generations(dir: &Path) -> Vec<String> {
     let mut g: Vec<String> = fs::read_dir(dir)
@@ -169,6 +179,42 @@ fn a_publish_directory_holding_files_tend_did_not_write_is_refused() {
         fs::read_to_string(sb.path("pub/precious.conf")).unwrap(),
         "keep me"
     );
+}
+
+/// Entries that only look like tend's: a kubelet-style `..` name, and a
+/// generation that is a symlink out of the directory (with `..data`
+/// pointing to it). Neither is removed nor followed, and nothing starts.
+#[test]
+fn a_publish_directory_with_planted_internal_names_is_refused_and_left_alone() {
+    type Plant = fn(&Sandbox);
+    let planted: [(&str, Plant); 2] = [
+        ("a directory named like the kubelet's own", |sb| {
+            sb.write("pub/..backup/app.conf", "keep me");
+        }),
+        ("a generation that is a symlink elsewhere", |sb| {
+            sb.write("elsewhere/app.conf", "planted");
+            let generation = "..2026_01_01_00_00_00.000000000";
+            std::os::unix::fs::symlink(sb.path("elsewhere"), sb.path("pub").join(generation))
+                .unwrap();
+            std::os::unix::fs::symlink(generation, sb.path("pub/..data")).unwrap();
+        }),
+    ];
+    for (what, plant) in planted {
+        let sb = Sandbox::new();
+        project(&sb.path("vol"), &[("app.conf", "bad 1")]);
+        fs::create_dir(sb.path("pub")).unwrap();
+        plant(&sb);
+        let before = entries(&sb.path("pub"));
+        let cfg = config(&sb, "", "on_change = \"restart\"");
+        let (code, _, stderr) = sb.tend().config(&cfg).run(secs(10.0));
+        assert_eq!(code, 2, "{what}: {stderr}");
+        assert!(stderr.contains("did not publish"), "{what}: {stderr}");
+        assert_eq!(entries(&sb.path("pub")), before, "{what}: left as it was");
+        assert!(
+            sb.log("service start").is_empty(),
+            "{what}: nothing started"
+        );
+    }
 }
 
 /// A kubelet writer projects versions as fast as it can, each with two

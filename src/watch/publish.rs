@@ -44,8 +44,9 @@ pub struct Restored {
 /// Makes `dir` ready for publishing, at start-up: creates it, removes what
 /// an earlier tend left half done (candidates, temporary links), and returns
 /// the generation an earlier tend published, if there is one (an emptyDir
-/// outlives the container). A directory that holds files tend did not put
-/// there is an error: tend never deletes what it did not write.
+/// outlives the container). A directory that holds anything tend does not
+/// write there is an error: tend never deletes what it did not write, nor
+/// follows a symlink it did not make.
 pub fn prepare(dir: &Path) -> io::Result<Option<Restored>> {
     fs::DirBuilder::new()
         .recursive(true)
@@ -55,7 +56,10 @@ pub fn prepare(dir: &Path) -> io::Result<Option<Restored>> {
     for entry in fs::read_dir(dir).map_err(|e| with_path(e, "cannot read", dir))? {
         let entry = entry.map_err(|e| with_path(e, "cannot read", dir))?;
         let name = entry.file_name();
-        if !is_internal(&name) && !is_key_link(&entry.path(), &name) {
+        let kind = entry
+            .file_type()
+            .map_err(|e| with_path(e, "cannot read", &entry.path()))?;
+        if !is_ours(&entry.path(), &name, kind) {
             return Err(io::Error::other(format!(
                 "{} holds {name:?}, which tend did not publish: `publish` needs a directory of \
                  its own (an emptyDir such as /run/tend/NAME), and tend never deletes what it \
@@ -65,7 +69,7 @@ pub fn prepare(dir: &Path) -> io::Result<Option<Restored>> {
         }
     }
     let Some(current) = published(dir) else {
-        // Nothing usable: whatever is left goes.
+        // Nothing usable: all of it is tend's, and goes.
         for entry in fs::read_dir(dir).map_err(|e| with_path(e, "cannot read", dir))? {
             remove(&entry.map_err(|e| with_path(e, "cannot read", dir))?.path())?;
         }
@@ -77,6 +81,20 @@ pub fn prepare(dir: &Path) -> io::Result<Option<Restored>> {
     Ok(Some(Restored {
         generation: current.to_string_lossy().into_owned(),
     }))
+}
+
+/// Whether the entry `name` of a publish directory, at `path` and of type
+/// `kind` (not followed), is one tend writes: `..data` and the temporary
+/// links as symlinks, generations as directories, keys as symlinks to
+/// `..data/NAME`.
+fn is_ours(path: &Path, name: &OsStr, kind: fs::FileType) -> bool {
+    if name == DATA || name == DATA_TMP || name == LINK_TMP {
+        kind.is_symlink()
+    } else if is_generation_name(name) {
+        kind.is_dir()
+    } else {
+        kind.is_symlink() && is_key_link(path, name)
+    }
 }
 
 /// [`prepare`] for the `publish` directory of each of `watches` (relative
@@ -97,11 +115,13 @@ pub fn prepare_all(
         .collect()
 }
 
-/// The name of the generation `..data` points to, when it is there.
+/// The name of the generation `..data` points to, when it is there (a
+/// directory, not a symlink to one).
 fn published(dir: &Path) -> Option<OsString> {
     let target = fs::read_link(dir.join(DATA)).ok()?;
     let name = target.as_os_str();
-    let ok = is_generation_name(name) && dir.join(name).is_dir();
+    let ok =
+        is_generation_name(name) && fs::symlink_metadata(dir.join(name)).is_ok_and(|m| m.is_dir());
     ok.then(|| name.to_os_string())
 }
 
@@ -132,7 +152,7 @@ pub fn publish(dir: &Path, generation: &Path, keep_previous: bool) -> io::Result
     let name = generation_name(dir, generation)?;
     let previous = published(dir).filter(|p| keep_previous && p != name);
     let tmp = dir.join(DATA_TMP);
-    remove(&tmp)?;
+    remove_link(&tmp)?;
     symlink(name, &tmp).map_err(|e| with_path(e, "cannot create", &tmp))?;
     fs::rename(&tmp, dir.join(DATA))
         .map_err(|e| with_path(e, "cannot rename over", &dir.join(DATA)))?;
@@ -153,7 +173,7 @@ fn tidy(dir: &Path, generation: &Path, keep: Option<&OsStr>) -> io::Result<()> {
         let target = Path::new(DATA).join(&key);
         if fs::read_link(&link).ok().as_deref() != Some(target.as_path()) {
             let tmp = dir.join(LINK_TMP);
-            remove(&tmp)?;
+            remove_link(&tmp)?;
             symlink(&target, &tmp).map_err(|e| with_path(e, "cannot create", &tmp))?;
             fs::rename(&tmp, &link).map_err(|e| with_path(e, "cannot rename over", &link))?;
         }
@@ -162,12 +182,13 @@ fn tidy(dir: &Path, generation: &Path, keep: Option<&OsStr>) -> io::Result<()> {
     for entry in fs::read_dir(dir).map_err(|e| with_path(e, "cannot read", dir))? {
         let entry = entry.map_err(|e| with_path(e, "cannot read", dir))?;
         let name = entry.file_name();
-        let stale = if is_internal(&name) {
-            name != DATA && name != name_of(generation) && Some(name.as_os_str()) != keep
-        } else {
-            !keys.contains(&name) && is_key_link(&entry.path(), &name)
-        };
-        if stale {
+        if name == DATA_TMP || name == LINK_TMP {
+            remove_link(&entry.path())?;
+        } else if is_generation_name(&name) {
+            if name != name_of(generation) && Some(name.as_os_str()) != keep {
+                remove(&entry.path())?;
+            }
+        } else if !keys.contains(&name) && is_key_link(&entry.path(), &name) {
             remove(&entry.path())?;
         }
     }
@@ -202,14 +223,16 @@ fn name_of(path: &Path) -> &OsStr {
     path.file_name().unwrap_or_default()
 }
 
-/// `..2026_...`: a generation (not `..data`, `..data_tmp` or `..link_tmp`).
+/// `..2026_11_22_10_00_00.123456789`, maybe with `_N`: the name of a
+/// generation (not `..data`, `..data_tmp` or `..link_tmp`).
 fn is_generation_name(name: &OsStr) -> bool {
-    let b = name.as_bytes();
-    b.len() > 2 && b.starts_with(b"..") && b[2].is_ascii_digit() && !b.contains(&b'/')
-}
-
-fn is_internal(name: &OsStr) -> bool {
-    name.as_bytes().starts_with(b"..")
+    let Some(stamp) = name.as_bytes().strip_prefix(b"..") else {
+        return false;
+    };
+    stamp.first().is_some_and(u8::is_ascii_digit)
+        && stamp
+            .iter()
+            .all(|b| b.is_ascii_digit() || *b == b'_' || *b == b'.')
 }
 
 /// A top-level key: a symlink to `..data/NAME`.
@@ -227,6 +250,18 @@ fn remove(path: &Path) -> io::Result<()> {
     match result {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(with_path(e, "cannot remove", path)),
         _ => Ok(()),
+    }
+}
+
+/// Removes one of tend's temporary symlinks; anything else by that name
+/// was not made by tend, and stays.
+fn remove_link(path: &Path) -> io::Result<()> {
+    match fs::symlink_metadata(path) {
+        Ok(m) if !m.file_type().is_symlink() => Err(io::Error::other(format!(
+            "{} is not a symlink tend made: tend never deletes what it did not write",
+            path.display()
+        ))),
+        _ => remove(path),
     }
 }
 
@@ -387,6 +422,47 @@ mod tests {
             "{e}"
         );
         assert!(d.path().join("precious").exists());
+    }
+
+    #[test]
+    fn what_tend_does_not_write_is_refused_by_name_and_by_type_and_left_alone() {
+        let outside = tempfile::tempdir().unwrap();
+        fs::write(outside.path().join("a"), "planted").unwrap();
+        let gen_name = "..2026_01_01_00_00_00.000000000";
+        type Plant<'a> = &'a dyn Fn(&Path);
+        let plant: [(&str, Plant); 6] = [
+            ("a directory of the kubelet's style", &|d| {
+                fs::create_dir(d.join("..precious")).unwrap();
+                fs::write(d.join("..precious/file"), "x").unwrap();
+            }),
+            ("..data as a directory", &|d| {
+                fs::create_dir(d.join(DATA)).unwrap();
+                fs::write(d.join("..data/file"), "x").unwrap();
+            }),
+            ("a temporary link's name on a file", &|d| {
+                fs::write(d.join(DATA_TMP), "x").unwrap();
+            }),
+            ("a generation's name on a file", &|d| {
+                fs::write(d.join(gen_name), "x").unwrap();
+            }),
+            ("a generation's name on a symlink", &|d| {
+                symlink(outside.path(), d.join(gen_name)).unwrap();
+                symlink(gen_name, d.join(DATA)).unwrap();
+            }),
+            ("a name like a generation's", &|d| {
+                fs::create_dir(d.join("..2026-backup")).unwrap();
+            }),
+        ];
+        for (what, plant) in plant {
+            let d = tempfile::tempdir().unwrap();
+            plant(d.path());
+            let before = entries(d.path());
+            let e = prepare(d.path()).expect_err(what).to_string();
+            assert!(e.contains("did not publish"), "{what}: {e}");
+            assert_eq!(entries(d.path()), before, "{what}: nothing removed");
+            assert!(!d.path().join("a").exists(), "{what}: no key linked");
+        }
+        assert_eq!(entries(outside.path()), ["a"]);
     }
 
     #[test]
