@@ -340,6 +340,7 @@ impl Config {
             },
             watches,
         };
+        readiness_outside_publish(&config, &spans, text)?;
         Ok((config, spans))
     }
 
@@ -881,6 +882,41 @@ impl RawWatch {
     }
 }
 
+/// The ready and status files are not in a `publish` directory: tend
+/// would find them there at its next start, among what it did not publish,
+/// and refuse to start (a container restart would take the pod down).
+fn readiness_outside_publish(config: &Config, spans: &Spans, text: &str) -> Result<(), String> {
+    let files = [
+        ("file", &config.readiness.file, &spans.file),
+        (
+            "status_file",
+            &config.readiness.status_file,
+            &spans.status_file,
+        ),
+    ];
+    for (key, file, span) in files {
+        let Some(file) = file else { continue };
+        let Some(w) = config
+            .watches
+            .iter()
+            .find(|w| w.publish.as_ref().is_some_and(|dir| file.starts_with(dir)))
+        else {
+            continue;
+        };
+        return Err(at(
+            text,
+            span.clone().unwrap_or_default(),
+            &format!(
+                "readiness.{key} {} is inside the `publish` directory of watch {:?}, which \
+                 holds only what tend publishes there: put it elsewhere (e.g. /run/tend/{key})",
+                file.display(),
+                w.name
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Each `publish` directory belongs to one watch and lies outside every
 /// watched path (tend would take its own copies for changes), and no
 /// watched path lies inside one.
@@ -1268,6 +1304,33 @@ debounce = "2m"
             e.starts_with("line 4") && e.contains("{candidate}, which exists only with `publish`"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_ready_and_status_files_are_outside_every_publish_directory() {
+        let w = "[[watch]]\nname = \"app\"\npaths = [\"/etc/app\"]\npublish = \"/run/tend\"\non_change = \"restart\"\n";
+        for (readiness, key) in [
+            ("file = \"/run/tend/ready\"\n", "file"),
+            (
+                "file = \"/run/ready\"\nstatus_file = \"/run/tend/status.json\"\n",
+                "status_file",
+            ),
+        ] {
+            let e = err(&format!("[readiness]\n{readiness}{w}"));
+            assert!(
+                e.contains(&format!("readiness.{key} /run/tend/"))
+                    && e.contains("inside the `publish` directory of watch \"app\""),
+                "{e}"
+            );
+            assert!(
+                e.starts_with(if key == "file" { "line 2" } else { "line 3" }),
+                "{e}"
+            );
+        }
+        Config::parse(&format!(
+            "[readiness]\nfile = \"/run/tend-ready\"\nstatus_file = \"/run/status.json\"\n{w}"
+        ))
+        .unwrap();
     }
 
     #[test]

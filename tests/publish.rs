@@ -181,6 +181,31 @@ fn a_publish_directory_holding_files_tend_did_not_write_is_refused() {
     );
 }
 
+/// A status file in the publish directory would be found there at the next
+/// start, among what tend did not publish: the first start refuses it.
+#[test]
+fn a_status_file_inside_the_publish_directory_is_a_config_error_at_the_first_start() {
+    let sb = Sandbox::new();
+    project(&sb.path("vol"), &[("app.conf", "good 1")]);
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = {}\n[readiness]\nstatus_file = {:?}\n\
+         [[watch]]\nname = \"app\"\npaths = [{:?}]\npublish = {:?}\non_change = \"restart\"\n",
+        sb.service_toml(&[]),
+        sb.path("pub/status.json").display().to_string(),
+        sb.path("vol").display().to_string(),
+        sb.path("pub").display().to_string(),
+    ));
+    let (code, _, stderr) = sb.tend().config(&cfg).run(secs(10.0));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("readiness.status_file")
+            && stderr.contains("inside the `publish` directory of watch \"app\""),
+        "{stderr}"
+    );
+    assert!(sb.log("service start").is_empty());
+    assert!(!sb.path("pub").exists(), "nothing was published");
+}
+
 /// Entries that only look like tend's: a kubelet-style `..` name, and a
 /// generation that is a symlink out of the directory (with `..data`
 /// pointing to it). Neither is removed nor followed, and nothing starts.
