@@ -133,9 +133,14 @@ fn a_restarted_tend_starts_the_service_on_the_copy_published_before() {
 
     // The container restarts while the ConfigMap holds a bad edit.
     project(&vol, &[("app.conf", "bad 2")]);
-    let _tend = sb.tend().config(&cfg).start();
+    let tend = sb.tend().config(&cfg).start();
     let starts = sb.wait_log("service start", 2, secs(10.0));
     assert!(starts[1].ends_with(" config=good 1"), "{}", starts[1]);
+    let log = tend.wait_stderr("check failed", secs(5.0));
+    assert!(
+        log.contains("the service starts on the last good copy") && !log.contains("not started"),
+        "the log says what happens:\n{log}"
+    );
     let status = sb.wait_state("invalid_config", secs(5.0));
     assert!(
         status["watches"][0]["check_output"]

@@ -958,10 +958,13 @@ impl Core {
             Verdict::Passed => tracing::info!(watch = name, took = ?took, "check passed"),
             Verdict::Failed { recheck_in } => {
                 let consequence = match self.phase {
-                    Phase::Starting => "the service is not started until a valid config arrives",
                     Phase::Running(_) => {
                         "the new config is rejected and the service keeps running on the last good one"
                     }
+                    _ if self.pipeline.has_published(id) => {
+                        "the new config is rejected and the service starts on the last good copy, published before"
+                    }
+                    Phase::Starting => "the service is not started until a valid config arrives",
                     _ => "the service stays down until a valid config arrives",
                 };
                 tracing::warn!(

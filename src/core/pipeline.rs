@@ -245,6 +245,12 @@ impl Pipeline {
         self.entries[id.0].publish
     }
 
+    /// Whether the `publish` directory of watch `id` holds a generation
+    /// that passed its check, which a start of the service reads.
+    pub fn has_published(&self, id: WatchId) -> bool {
+        self.entries[id.0].published.is_some()
+    }
+
     /// Whether the check of `fp` for watch `id` is still wanted.
     pub fn is_checking(&self, id: WatchId, fp: Fingerprint) -> bool {
         self.entries[id.0].stage == Stage::Checking(fp)
