@@ -486,15 +486,13 @@ impl Worker {
         {
             self.post(scanned);
         }
-        let result = match copied {
-            Err(e) => Err(SnapshotError::Failed(e)),
-            Ok(()) if !same => Err(SnapshotError::Changed),
-            Ok(()) => return Ok(candidate),
+        let Err(unusable) = copy_outcome(copied, same) else {
+            return Ok(candidate);
         };
         if let Err(e) = publish::discard(&dir, &candidate) {
             tracing::warn!("cannot remove an unusable candidate: {e}");
         }
-        result
+        Err(unusable)
     }
 
     fn finished(&self, done: Done) {
@@ -592,6 +590,18 @@ impl Worker {
     }
 }
 
+/// What a copying scan gave: `copied`, and whether its fingerprint is the
+/// one asked for. Content that changed meanwhile explains a failed copy
+/// (a file the kubelet removed between its lookup and its open): the newer
+/// content is copied next, and nothing failed.
+fn copy_outcome(copied: Result<(), String>, same: bool) -> Result<(), SnapshotError> {
+    match copied {
+        _ if !same => Err(SnapshotError::Changed),
+        Err(e) => Err(SnapshotError::Failed(e)),
+        Ok(()) => Ok(()),
+    }
+}
+
 struct InotifyRegistrar<'a>(Option<&'a Inotify>);
 
 impl Registrar for InotifyRegistrar<'_> {
@@ -677,6 +687,18 @@ mod tests {
             }
             assert!(Instant::now() < deadline, "no scan came");
         }
+    }
+
+    #[test]
+    fn a_copy_that_failed_while_the_content_changed_is_no_failure() {
+        let failed = || Err("cannot read /vol/..2026_x/a: No such file or directory".to_string());
+        assert_eq!(copy_outcome(failed(), false), Err(SnapshotError::Changed));
+        assert!(matches!(
+            copy_outcome(failed(), true),
+            Err(SnapshotError::Failed(_))
+        ));
+        assert_eq!(copy_outcome(Ok(()), false), Err(SnapshotError::Changed));
+        assert_eq!(copy_outcome(Ok(()), true), Ok(()));
     }
 
     #[test]
