@@ -186,6 +186,65 @@ fn a_publish_directory_holding_files_tend_did_not_write_is_refused() {
     );
 }
 
+/// tend as a user that is not root (`runAsNonRoot`) publishing a directory
+/// that has a read-only subdirectory: each generation holds a read-only
+/// copy of it, and the generation a change replaces is still removed.
+#[test]
+fn a_tend_that_is_not_root_replaces_generations_holding_read_only_directories() {
+    const NOBODY: u32 = 65534;
+    let sb = Sandbox::new();
+    // The user reaches the sandbox, and writes its log, status and copy.
+    fs::set_permissions(sb.path(""), fs::Permissions::from_mode(0o777)).unwrap();
+    let ro = sb.path("conf/ro");
+    sb.write("conf/ro/app.conf", "good 1");
+    fs::set_permissions(&ro, fs::Permissions::from_mode(0o555)).unwrap();
+    fs::create_dir(sb.path("pub")).unwrap();
+    std::os::unix::fs::chown(sb.path("pub"), Some(NOBODY), Some(NOBODY)).unwrap();
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = {}\n{}\n\
+         [[watch]]\nname = \"app\"\npaths = [{:?}]\npublish = {:?}\non_change = \"signal\"\n",
+        sb.service_toml(&[
+            "--config",
+            &sb.path("pub/ro/app.conf").display().to_string()
+        ]),
+        sb.readiness_toml(),
+        sb.path("conf").display().to_string(),
+        sb.path("pub").display().to_string(),
+    ));
+    let id = NOBODY.to_string();
+    let _tend = sb
+        .tend()
+        .wrapped(
+            "unshare",
+            &[
+                "--pid",
+                "--fork",
+                "--kill-child",
+                "--mount-proc",
+                "setpriv",
+                &format!("--reuid={id}"),
+                &format!("--regid={id}"),
+                "--clear-groups",
+                TEND,
+                "--config",
+                &cfg.display().to_string(),
+            ],
+        )
+        .start_ready();
+    let first = generations(&sb.path("pub"));
+    assert_eq!(first.len(), 1, "{first:?}");
+
+    fs::set_permissions(&ro, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::write(ro.join("app.conf"), "good 2").unwrap();
+    fs::set_permissions(&ro, fs::Permissions::from_mode(0o555)).unwrap();
+    sb.wait_log("service sig SIGHUP", 1, secs(10.0));
+    assert_eq!(sb.seen_on("SIGHUP"), ["good 2"]);
+    let status = sb.wait_state("ready", secs(5.0));
+    assert_eq!(status["watches"][0]["result"], "applied", "{status}");
+    let now = generations(&sb.path("pub"));
+    assert!(now.len() == 1 && now != first, "{first:?} then {now:?}");
+}
+
 /// A status file in the publish directory would be found there at the next
 /// start, among what tend did not publish: the first start refuses it.
 #[test]

@@ -162,7 +162,9 @@ pub fn publish(dir: &Path, generation: &Path, keep_previous: bool) -> io::Result
 
 /// Links the keys of the published `generation` at the top of `dir`, then
 /// removes the links of keys it does not hold and every other generation
-/// (but `keep`).
+/// (but `keep`). The links are part of the publication; what is removed
+/// after is not: a removal that fails is logged, and tried again at the
+/// next publication.
 fn tidy(dir: &Path, generation: &Path, keep: Option<&OsStr>) -> io::Result<()> {
     let mut keys = Vec::new();
     for entry in fs::read_dir(generation).map_err(|e| with_path(e, "cannot read", generation))? {
@@ -179,17 +181,28 @@ fn tidy(dir: &Path, generation: &Path, keep: Option<&OsStr>) -> io::Result<()> {
         }
         keys.push(key);
     }
-    for entry in fs::read_dir(dir).map_err(|e| with_path(e, "cannot read", dir))? {
-        let entry = entry.map_err(|e| with_path(e, "cannot read", dir))?;
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) => {
+            tracing::warn!("{}", with_path(e, "cannot read", dir));
+            return Ok(());
+        }
+    };
+    for entry in entries.flatten() {
         let name = entry.file_name();
-        if name == DATA_TMP || name == LINK_TMP {
-            remove_link(&entry.path())?;
-        } else if is_generation_name(&name) {
-            if name != name_of(generation) && Some(name.as_os_str()) != keep {
-                remove(&entry.path())?;
-            }
-        } else if !keys.contains(&name) && is_key_link(&entry.path(), &name) {
-            remove(&entry.path())?;
+        let stale_generation = is_generation_name(&name)
+            && name != name_of(generation)
+            && Some(name.as_os_str()) != keep;
+        let dropped_key = !keys.contains(&name) && is_key_link(&entry.path(), &name);
+        let removed = if name == DATA_TMP || name == LINK_TMP {
+            remove_link(&entry.path())
+        } else if stale_generation || dropped_key {
+            remove(&entry.path())
+        } else {
+            Ok(())
+        };
+        if let Err(e) = removed {
+            tracing::warn!("publish: {e}; tried again at the next publication");
         }
     }
     Ok(())
@@ -243,13 +256,46 @@ fn is_key_link(path: &Path, name: &OsStr) -> bool {
 /// Removes a file, symlink or directory tree; what is not there is fine.
 fn remove(path: &Path) -> io::Result<()> {
     let result = match fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() => fs::remove_dir_all(path),
+        Ok(m) if m.is_dir() => fs::remove_dir_all(path).or_else(|e| {
+            // A copy keeps the modes of the directories it copied: a
+            // read-only one (0555) cannot be emptied by a tend that is not
+            // root until it is writable again.
+            if e.kind() != io::ErrorKind::PermissionDenied {
+                return Err(e);
+            }
+            make_writable(path, 0);
+            fs::remove_dir_all(path)
+        }),
         Ok(_) => fs::remove_file(path),
         Err(e) => Err(e),
     };
     match result {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(with_path(e, "cannot remove", path)),
         _ => Ok(()),
+    }
+}
+
+/// Gives the owner every permission on `dir` and the directories below it
+/// (symlinks are not followed), as deep as a copy goes; what fails shows in
+/// the removal that follows.
+fn make_writable(dir: &Path, depth: usize) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(m) = fs::symlink_metadata(dir) else {
+        return;
+    };
+    if !m.is_dir() || depth > super::scan::MAX_DEPTH + 1 {
+        return;
+    }
+    let mode = m.permissions().mode() & 0o7777;
+    if mode & 0o700 != 0o700 {
+        let _ = fs::set_permissions(dir, fs::Permissions::from_mode(mode | 0o700));
+    }
+    if let Ok(entries) = fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                make_writable(&entry.path(), depth + 1);
+            }
+        }
     }
 }
 
