@@ -358,6 +358,7 @@ impl Pipeline {
         e.previous = previous.zip(e.published);
         e.published = Some(Published::Now(fp));
         e.passed = Some(fp);
+        e.recheck_delay = e.recheck;
         // The service is told even if newer content arrived meanwhile: the
         // copy it reads changed. The newer content is checked after.
         e.stage = Stage::Valid(fp);
@@ -431,10 +432,12 @@ impl Pipeline {
             return Verdict::Stale;
         }
         if passed {
-            e.recheck_delay = e.recheck;
             if e.publish {
+                // Passed only once published: a publication that keeps
+                // failing goes on backing off.
                 e.stage = Stage::Publishing(fp);
             } else {
+                e.recheck_delay = e.recheck;
                 e.passed = Some(fp);
                 e.stage = Stage::Valid(fp);
             }

@@ -1323,6 +1323,44 @@ fn a_copy_or_publication_that_fails_is_an_action_failure_tried_again() {
 }
 
 #[test]
+fn a_publication_that_keeps_failing_is_tried_again_less_and_less_often() {
+    let mut f = Fake::publishing();
+    f.content(0, 2);
+    let mut waits = Vec::new();
+    for g in 0..4 {
+        f.snapshot(2, Ok(&format!("/pub/..g2_{g}")));
+        f.exit(f.job("check"), OK);
+        f.publication(
+            2,
+            Err("cannot rename over /pub/..data: Read-only file system"),
+        );
+        let before = f.elapsed;
+        assert_eq!(snapshot_asked(&f.at_deadline()), Some(test_fingerprint(2)));
+        waits.push((f.elapsed - before).as_secs());
+    }
+    assert_eq!(
+        waits,
+        [1, 2, 4, 8],
+        "the recheck back-off, although the check passes"
+    );
+    // A publication that works starts the next streak from the first delay.
+    f.snapshot(2, Ok("/pub/..g2_4"));
+    f.exit(f.job("check"), OK);
+    f.publication(2, Ok(()));
+    assert_eq!(f.result(0), WatchResult::Applied);
+    f.content(0, 3);
+    f.snapshot(3, Ok("/pub/..g3"));
+    f.exit(f.job("check"), OK);
+    f.publication(
+        3,
+        Err("cannot rename over /pub/..data: Read-only file system"),
+    );
+    let before = f.elapsed;
+    f.at_deadline();
+    assert_eq!((f.elapsed - before).as_secs(), 1);
+}
+
+#[test]
 fn a_candidate_whose_check_result_came_too_late_is_discarded() {
     let mut f = Fake::publishing();
     f.content(0, 2);
