@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use common::gate::Gate;
 use common::kubelet::{project, project_mode};
 use common::*;
 use nix::sys::signal::Signal;
@@ -151,6 +152,50 @@ fn a_restarted_tend_starts_the_service_on_the_copy_published_before() {
         "{status}"
     );
     assert!(!sb.is_ready());
+    assert_eq!(
+        fs::read_to_string(sb.path("pub/app.conf")).unwrap(),
+        "good 1"
+    );
+}
+
+/// tend killed (SIGKILL: an OOM kill of the container) while a candidate
+/// of a bad edit is being checked, then started again with the edit still
+/// there: the candidate, never checked, is removed, and the service starts
+/// on the last good copy.
+#[test]
+fn a_tend_killed_while_a_candidate_is_checked_restarts_on_the_copy_published_before() {
+    let sb = Sandbox::new();
+    let vol = sb.path("vol");
+    project(&vol, &[("app.conf", "good 1")]);
+    let gate = Gate::new(&sb, "check", true);
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = {}\n{}\n\
+         [[watch]]\nname = \"app\"\npaths = [{:?}]\npublish = {:?}\ncheck = {}\n\
+         on_change = \"restart\"\n",
+        sb.service_toml(&["--config", &sb.path("pub/app.conf").display().to_string()]),
+        sb.readiness_toml(),
+        vol.display().to_string(),
+        sb.path("pub").display().to_string(),
+        sh(&gate.script("grep good \"$TEND_CANDIDATE/app.conf\"")),
+    ));
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    gate.close();
+    project(&vol, &[("app.conf", "bad 2")]);
+    gate.wait_started(2, secs(10.0));
+    assert_eq!(generations(&sb.path("pub")).len(), 2, "a candidate beside");
+    tend.signal(Signal::SIGKILL);
+    tend.wait(secs(10.0));
+
+    gate.open();
+    let _tend = sb.tend().config(&cfg).start();
+    let starts = sb.wait_log("service start", 2, secs(10.0));
+    assert!(starts[1].ends_with(" config=good 1"), "{}", starts[1]);
+    sb.wait_state("invalid_config", secs(5.0));
+    assert_eq!(
+        generations(&sb.path("pub")).len(),
+        1,
+        "the candidate is gone"
+    );
     assert_eq!(
         fs::read_to_string(sb.path("pub/app.conf")).unwrap(),
         "good 1"
