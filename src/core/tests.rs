@@ -1122,6 +1122,39 @@ fn with_invalid_config_ready_a_rejected_change_keeps_tend_ready() {
     assert_eq!(f.state(), (State::InvalidConfig, false));
 }
 
+#[test]
+fn with_invalid_config_ready_a_service_down_after_a_crash_is_not_ready() {
+    // Without publish: it stays down, since it would start on the rejected config.
+    let mut f = Fake::custom(CHECKED_RESTART, true, |s| s.ready_when_invalid = true);
+    f.tick();
+    f.content(0, 0);
+    f.exit(f.job("check"), OK);
+    f.content(0, 1);
+    f.exit(f.job("check"), FAIL);
+    assert_eq!(f.state(), (State::InvalidConfig, true));
+    f.exit(f.service(), ExitStatus::Signal(KILL));
+    assert!(!f.state().1, "not ready while it is down");
+    f.at_deadline();
+    assert!(
+        f.services().len() == 1,
+        "not started on the rejected config"
+    );
+    assert_eq!(f.state(), (State::InvalidConfig, false));
+
+    // With publish: down until it runs again on the last good copy.
+    let mut f = Fake::custom(PUBLISHED, true, |s| s.ready_when_invalid = true);
+    f.tick();
+    f.candidate(1, "/pub/..g1", OK);
+    f.publication(1, Ok(()));
+    f.candidate(2, "/pub/..g2", FAIL);
+    assert_eq!(f.state(), (State::InvalidConfig, true));
+    f.exit(f.service(), ExitStatus::Signal(KILL));
+    assert!(!f.state().1, "not ready while it is down");
+    f.at_deadline();
+    assert_eq!(f.services().len(), 2);
+    assert_eq!(f.state(), (State::InvalidConfig, true));
+}
+
 // ---------------------------------------------------------------- publish
 
 const PUBLISHED: &str = "[service]\nrestart = \"on-failure\"\n[[watch]]\nname = \"app\"\npaths = [\"/a\"]\n\
