@@ -5,7 +5,7 @@
 mod common;
 
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -57,6 +57,8 @@ fn only_a_checked_copy_is_published_and_the_service_reads_it() {
     let sb = Sandbox::new();
     let vol = sb.path("vol");
     project_mode(&vol, &[("app.conf", "good 1")], 0o400);
+    // A Secret's owner, and the group of a pod's fsGroup.
+    std::os::unix::fs::chown(vol.join("app.conf"), Some(1234), Some(5678)).unwrap();
     let cfg = config(&sb, "", "on_change = \"signal\"");
     let _tend = sb.tend().config(&cfg).start_ready();
     assert_eq!(
@@ -66,8 +68,10 @@ fn only_a_checked_copy_is_published_and_the_service_reads_it() {
         Some("good 1")
     );
     let published = sb.path("pub/app.conf");
-    let mode = fs::metadata(&published).unwrap().permissions().mode() & 0o777;
+    let meta = fs::metadata(&published).unwrap();
+    let mode = meta.permissions().mode() & 0o777;
     assert_eq!(mode, 0o400, "a Secret's mode is kept: {mode:o}");
+    assert_eq!((meta.uid(), meta.gid()), (1234, 5678), "and its owner");
     assert_eq!(
         fs::read_link(&published).unwrap(),
         Path::new("..data/app.conf")
