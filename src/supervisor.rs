@@ -125,6 +125,7 @@ impl Supervisor {
         };
         let watcher = Watcher::new(
             &config.watches,
+            &config.service.env_from,
             &cwd,
             &own_files(&config.readiness),
             Instant::now(),

@@ -235,3 +235,68 @@ fn a_secret_that_breaks_at_a_restart_is_a_failed_start_and_the_fix_starts_the_se
     sb.wait_ready(true, secs(5.0));
     assert_eq!(seen(&sb, "TOKEN"), ["one", "three"]);
 }
+
+/// The README's pattern: env_from reads the published copy of a Secret. A
+/// Secret edit that the service could not start with (a key that is no
+/// variable name) is rejected like a failed check: the service keeps
+/// running, restarts after a crash on the last good values, and the fix
+/// brings the new ones.
+#[test]
+fn a_published_secret_the_service_could_not_start_with_is_rejected_and_a_crash_keeps_the_old_values()
+ {
+    let sb = Sandbox::new();
+    let vol = sb.path("secret");
+    let published = sb.path("published");
+    let (one, two, three) = ("one-5c1e0a", "two-9d4f27", "three-0b8e63");
+    project(&vol, &[("TOKEN", one)]);
+    let cfg = config(
+        &sb,
+        &["TOKEN"],
+        &format!(
+            "env_from = [{:?}]\nrestart = \"on-failure\"",
+            path(&published)
+        ),
+        &format!(
+            "[[watch]]\nname = \"secret\"\npaths = [{:?}]\npublish = {:?}\non_change = \"restart\"\n",
+            path(&vol),
+            path(&published)
+        ),
+    );
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    project(&vol, &[("TOKEN", two), ("2FA", "x")]);
+    let status = sb.wait_state("invalid_config", secs(10.0));
+    let output = status["watches"][0]["check_output"].as_str().unwrap();
+    assert!(
+        output.contains(&format!(
+            "env_from {}: the file name \"2FA\" is not a variable name",
+            path(&published.join("2FA"))
+        )),
+        "{output}"
+    );
+    assert!(
+        status["service"]["pid"].is_number(),
+        "still running: {status}"
+    );
+
+    common::svc::kill(&mut tend, nix::sys::signal::Signal::SIGKILL);
+    sb.wait_log("service start", 2, secs(10.0));
+    assert_eq!(
+        seen(&sb, "TOKEN"),
+        [one, one],
+        "restarted on the last good values"
+    );
+
+    project(&vol, &[("TOKEN", three)]);
+    sb.wait_log("service start", 3, secs(10.0));
+    sb.wait_ready(true, secs(5.0));
+    assert_eq!(seen(&sb, "TOKEN"), [one, one, three]);
+    let log = tend.stderr();
+    let status = fs::read_to_string(sb.path("status.json")).unwrap();
+    for value in [one, two, three] {
+        assert!(!log.contains(value), "the log shows a value:\n{log}");
+        assert!(
+            !status.contains(value),
+            "the status shows a value: {status}"
+        );
+    }
+}

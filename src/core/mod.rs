@@ -1622,6 +1622,10 @@ impl Core {
                 self.pipeline.snapshot_changed(id, fp, now.mono);
                 return;
             }
+            Err(SnapshotError::Rejected(why)) => {
+                self.on_check_result(id, fp, false, "env_from", Duration::ZERO, why, now);
+                return;
+            }
             Err(SnapshotError::Failed(why)) => {
                 let again = self.pipeline.fault(id, fp, why.clone(), now.mono);
                 tracing::error!(

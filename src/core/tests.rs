@@ -1356,6 +1356,29 @@ fn a_copy_or_publication_that_fails_is_an_action_failure_tried_again() {
 }
 
 #[test]
+fn a_copy_the_service_could_not_start_with_is_rejected_like_a_failed_check() {
+    let mut f = Fake::publishing();
+    let svc = f.service();
+    let checks = f.jobs("check");
+    f.content(0, 2);
+    let c = f.snapshot(
+        2,
+        Err(SnapshotError::Rejected(
+            "env_from /pub/2FA: the file name \"2FA\" is not a variable name".into(),
+        )),
+    );
+    assert!(published(&c).is_none() && signalled(&c, svc).is_empty());
+    assert_eq!(f.jobs("check"), checks, "no check runs on it");
+    assert_eq!(f.result(0), WatchResult::Invalid);
+    assert_eq!(f.state(), (State::InvalidConfig, false));
+    assert!(f.core.status().watches[0].check_output.contains("2FA"));
+    // A crash restarts the service on the copy published before.
+    f.exit(svc, ExitStatus::Signal(KILL));
+    f.at_deadline();
+    assert_eq!(f.services().len(), 2);
+}
+
+#[test]
 fn a_publication_that_keeps_failing_is_tried_again_less_and_less_often() {
     let mut f = Fake::publishing();
     f.content(0, 2);

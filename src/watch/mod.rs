@@ -93,10 +93,13 @@ pub struct Watcher {
 impl Watcher {
     /// Starts watching `watches` (relative paths are taken from `cwd`),
     /// never covering `own_files` (what tend writes itself); every watch is
-    /// scanned at once. Without watches nothing is started: no thread, no
+    /// scanned at once. A candidate of a `publish` directory that holds
+    /// some of the service's `env_from` paths is read as the service's
+    /// start would read them. Without watches nothing is started: no thread, no
     /// fd, no wake-up.
     pub fn new(
         watches: &[config::Watch],
+        env_from: &[PathBuf],
         cwd: &Path,
         own_files: &[PathBuf],
         now: Instant,
@@ -105,7 +108,7 @@ impl Watcher {
             None
         } else {
             let own = OwnFiles::new(own_files.iter().map(|p| cwd.join(p)).collect());
-            Some(Handle::start(watches, cwd, own, now)?)
+            Some(Handle::start(watches, env_from, cwd, own, now)?)
         };
         Ok(Watcher {
             thread,

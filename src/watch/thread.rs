@@ -152,6 +152,10 @@ pub enum SnapshotError {
     Changed,
     /// The copy could not be made.
     Failed(String),
+    /// The copy holds an `env_from` path of the service that the service's
+    /// start could not read (a key that is no variable name): it is
+    /// rejected like content that failed its check.
+    Rejected(String),
 }
 
 /// What [`Handle::take`] found.
@@ -167,6 +171,7 @@ impl Handle {
     /// scanned at once.
     pub fn start(
         watches: &[config::Watch],
+        env_from: &[PathBuf],
         cwd: &Path,
         own: OwnFiles,
         now: Instant,
@@ -204,11 +209,22 @@ impl Handle {
             }
         };
         let books = Books::new(watches, cwd, inotify.is_none(), now);
+        let publish: Vec<Option<PathBuf>> = watches
+            .iter()
+            .map(|w| w.publish.as_ref().map(|p| cwd.join(p)))
+            .collect();
         let worker = Worker {
-            publish: watches
+            env_from: publish
                 .iter()
-                .map(|w| w.publish.as_ref().map(|p| cwd.join(p)))
+                .map(|dir| {
+                    let Some(dir) = dir else { return Vec::new() };
+                    env_from
+                        .iter()
+                        .filter_map(|p| Some(cwd.join(p).strip_prefix(dir).ok()?.to_path_buf()))
+                        .collect()
+                })
                 .collect(),
+            publish,
             paths: books.paths().map(<[PathBuf]>::to_vec).collect(),
             books,
             inotify,
@@ -286,6 +302,9 @@ struct Worker {
     paths: Vec<Vec<PathBuf>>,
     /// Each watch's `publish` directory (absolute).
     publish: Vec<Option<PathBuf>>,
+    /// Per watch, the service's `env_from` paths inside its `publish`
+    /// directory, relative to it: what a candidate must hold readable.
+    env_from: Vec<Vec<PathBuf>>,
     inotify: Option<Inotify>,
     mount_table: Option<File>,
     key: HashKey,
@@ -486,13 +505,37 @@ impl Worker {
         {
             self.post(scanned);
         }
-        let Err(unusable) = copy_outcome(copied, same) else {
-            return Ok(candidate);
+        let unusable = match copy_outcome(copied, same) {
+            Ok(()) => match self.env_from_of(id, &dir, &candidate) {
+                Ok(()) => return Ok(candidate),
+                Err(e) => SnapshotError::Rejected(e),
+            },
+            Err(e) => e,
         };
         if let Err(e) = publish::discard(&dir, &candidate) {
             tracing::warn!("cannot remove an unusable candidate: {e}");
         }
         Err(unusable)
+    }
+
+    /// Reads the service's `env_from` paths of watch `id` as they are in
+    /// `candidate` (of `dir`), as a start of the service would once it is
+    /// published; the error names them where the service reads them.
+    fn env_from_of(&self, id: WatchId, dir: &Path, candidate: &Path) -> Result<(), String> {
+        for rel in &self.env_from[id.0] {
+            let at = if rel.as_os_str().is_empty() {
+                candidate.to_path_buf()
+            } else {
+                candidate.join(rel)
+            };
+            if let Err(mut e) = crate::envfile::read(&[at]) {
+                if let Ok(inside) = e.path.strip_prefix(candidate) {
+                    e.path = dir.join(inside);
+                }
+                return Err(format!("{e}; the service would not start with it"));
+            }
+        }
+        Ok(())
     }
 
     fn finished(&self, done: Done) {
@@ -668,6 +711,7 @@ mod tests {
         .unwrap();
         Handle::start(
             &cfg.watches,
+            &[],
             Path::new("/"),
             OwnFiles::default(),
             Instant::now(),
