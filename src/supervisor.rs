@@ -127,7 +127,7 @@ impl Supervisor {
             &config.watches,
             &config.service.env_from,
             &cwd,
-            &own_files(&config.readiness),
+            &own_files(&config.readiness, &config.watches),
             Instant::now(),
         )?;
         let mut core = Core::new(settings, &config.watches);
@@ -565,11 +565,18 @@ impl Supervisor {
 }
 
 /// The files tend writes itself, which no watch may take for a change.
-fn own_files(readiness: &crate::config::Readiness) -> Vec<PathBuf> {
+/// What tend writes itself, which no watch may cover: the ready and status
+/// files, and the `publish` directories (a symlink in a watched tree that
+/// leads into one would have each publication copy the one before).
+fn own_files(
+    readiness: &crate::config::Readiness,
+    watches: &[crate::config::Watch],
+) -> Vec<PathBuf> {
     readiness
         .file
         .iter()
         .chain(&readiness.status_file)
+        .chain(watches.iter().filter_map(|w| w.publish.as_ref()))
         .cloned()
         .collect()
 }

@@ -206,6 +206,26 @@ fn a_tend_killed_while_a_candidate_is_checked_restarts_on_the_copy_published_bef
     );
 }
 
+/// A symlink in the volume that leads into the publish directory: the copy
+/// does not cover tend's own copy (which would nest one more level at each
+/// publication, each one a change).
+#[test]
+fn a_symlink_from_the_volume_into_the_publish_directory_is_not_followed() {
+    let sb = Sandbox::new();
+    let vol = sb.path("vol");
+    project(&vol, &[("app.conf", "good 1")]);
+    // A key of the volume, as a careless init container may leave one.
+    std::os::unix::fs::symlink(sb.path("pub"), vol.join("..data/copy")).unwrap();
+    std::os::unix::fs::symlink("..data/copy", vol.join("copy")).unwrap();
+    let cfg = config(&sb, "", "on_change = \"restart\"");
+    let tend = sb.tend().config(&cfg).start_ready();
+    let published = entries(&sb.path("pub/..data"));
+    assert_eq!(published, ["app.conf"], "tend's own copy is not copied");
+    let status = sb.wait_state("ready", secs(5.0));
+    assert_eq!(status["service"]["restarts"], 0, "{status}");
+    assert_eq!(tend.stderr().matches("published the new config").count(), 1);
+}
+
 #[test]
 fn without_a_copy_published_before_a_rejected_mount_keeps_the_service_down() {
     let sb = Sandbox::new();

@@ -19,9 +19,9 @@
 //! it tells the service. Names that begin with `..` are the kubelet's own and
 //! are never walked directly.
 //!
-//! tend's own files (the ready and status files, and the temporary files
-//! they are written through) are never covered, wherever a path leads: tend
-//! must not reload on its own writes.
+//! tend's own files (the ready and status files, the temporary files they
+//! are written through, and the `publish` directories) are never covered,
+//! wherever a path leads: tend must not reload on its own writes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::ffi::{OsStr, OsString};
