@@ -803,7 +803,10 @@ impl RawWatch {
                 })
             }
             OnChange::Exec => match self.exec {
-                Some(argv) => Action::Exec(argv.into_inner().0),
+                Some(argv) => {
+                    only_in_check(text, &argv, &label, "exec")?;
+                    Action::Exec(argv.into_inner().0)
+                }
                 None => {
                     return Err(at(
                         text,
@@ -853,6 +856,9 @@ impl RawWatch {
                 ),
             ));
         }
+        if let Some(argv) = &self.verify {
+            only_in_check(text, argv, &label, "verify")?;
+        }
         if let (Some(t), None) = (&self.verify_timeout, &self.verify) {
             return Err(at(
                 text,
@@ -880,6 +886,22 @@ impl RawWatch {
             publish,
         })
     }
+}
+
+/// `{candidate}` names the copy a check runs on; a command that runs once
+/// it is published reads the `publish` directory itself.
+fn only_in_check(text: &str, argv: &Spanned<Argv>, label: &str, key: &str) -> Result<(), String> {
+    if argv.get_ref().0.iter().any(|a| a.contains(CANDIDATE)) {
+        return Err(at(
+            text,
+            argv.span(),
+            &format!(
+                "{label}: `{key}` names {CANDIDATE}, which exists only while `check` runs: \
+                 name the `publish` directory, which holds the copy once it passed"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The ready and status files are not in a `publish` directory: tend
@@ -1304,6 +1326,27 @@ debounce = "2m"
             e.starts_with("line 4") && e.contains("{candidate}, which exists only with `publish`"),
             "{e}"
         );
+        let w = "[[watch]]\npaths = [\"/etc/app\"]\npublish = \"/run/tend/app\"\non_change = \"exec\"\n";
+        for (key, rest) in [
+            (
+                "exec",
+                "exec = [\"app\", \"--reload\", \"{candidate}/app.conf\"]\n",
+            ),
+            (
+                "verify",
+                "exec = [\"true\"]\nverify = [\"test\", \"-s\", \"{candidate}/app.conf\"]\n",
+            ),
+        ] {
+            let e = err(&format!("{w}{rest}"));
+            let line = if key == "exec" { "line 5" } else { "line 6" };
+            assert!(
+                e.starts_with(line)
+                    && e.contains(&format!(
+                        "`{key}` names {{candidate}}, which exists only while"
+                    )),
+                "{key}: {e}"
+            );
+        }
     }
 
     #[test]
