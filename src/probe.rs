@@ -63,20 +63,27 @@ fn from_status(path: &Path) -> (bool, String) {
 /// Whether `status` is ready, and the line that says so or why not: what
 /// `tend probe` prints and `GET /ready` answers.
 pub fn verdict(status: &Status) -> (bool, String) {
-    if status.ready {
-        return (true, format!("ready (state {})", status.state.as_str()));
-    }
-    let mut line = format!("not ready: state {}", status.state.as_str());
-    if let Some(w) = status
-        .watches
-        .iter()
-        .find(|w| w.result != WatchResult::Applied)
-    {
+    let (mut line, problem) = if status.ready {
+        // With invalid_config = "ready": the edit that was rejected, and why.
+        (
+            format!("ready (state {})", status.state.as_str()),
+            status.watches.iter().find(|w| w.result.rejected()),
+        )
+    } else {
+        (
+            format!("not ready: state {}", status.state.as_str()),
+            status
+                .watches
+                .iter()
+                .find(|w| w.result != WatchResult::Applied),
+        )
+    };
+    if let Some(w) = problem {
         line.push_str(&format!("; watch {:?}: {}", w.name, w.result.as_str()));
         let why = text::summary(&w.check_output);
         if !why.is_empty() {
             line.push_str(&format!(": {why}"));
         }
     }
-    (false, line)
+    (status.ready, line)
 }

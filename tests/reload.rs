@@ -642,7 +642,14 @@ fn with_invalid_config_ready_a_rejected_edit_keeps_the_replica_ready() {
         "the service still runs its last good config"
     );
     assert!(sb.is_ready());
-    assert_eq!(probe(&cfg).0, 0);
+    assert_eq!(
+        probe(&cfg),
+        (
+            0,
+            "ready (state invalid_config); watch \"app\": invalid: bad value on line 1\n".into()
+        ),
+        "the probe still says what was rejected, and why"
+    );
     assert!(tend.stderr().contains("check failed"));
     assert!(sb.log("service sig ").is_empty());
 }
