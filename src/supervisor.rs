@@ -23,7 +23,7 @@ use nix::unistd::Pid;
 
 use crate::config::{Config, InvalidConfig, RestartMode};
 use crate::core::{
-    Command, Content, Core, Event, Exit, Notification, Now, Settings, SpawnFailure, SpawnKind,
+    Command, Core, Event, Exit, Notification, Now, Settings, SpawnFailure, SpawnKind,
 };
 use crate::envfile;
 use crate::http_server::{HttpServer, Page, Reply};
@@ -432,15 +432,7 @@ impl Supervisor {
         }
         self.readiness.retry(now);
         let (scans, done) = self.watcher.pump(&watcher);
-        for r in scans {
-            events.push_back(Event::Content(Content {
-                watch: r.watch,
-                fingerprint: r.fingerprint,
-                changed: r.changed,
-                files: r.files,
-                missing: r.missing,
-            }));
-        }
+        events.extend(scans.into_iter().map(Event::Content));
         events.extend(done.into_iter().map(|d| match d {
             Done::Snapshot {
                 watch,

@@ -227,7 +227,8 @@ fn a_secret_that_breaks_at_a_restart_is_a_failed_start_and_the_fix_starts_the_se
         ),
         secs(10.0),
     );
-    tend.wait_stderr("restarting in", secs(5.0));
+    tend.wait_stderr("the service could not start; restarting in", secs(5.0));
+    assert!(!tend.stderr().contains("pid=0"), "{}", tend.stderr());
     assert!(tend.is_running(), "restart = \"on-failure\" tries again");
     assert!(!sb.is_ready());
     project(&vol, &[("TOKEN", "three")]);

@@ -632,3 +632,26 @@ fn tends_own_files_never_cause_a_reload() {
     quiet(1.0);
     assert_eq!(sb.seen_on("SIGHUP"), ["MISSING", "v1"]);
 }
+
+#[test]
+fn what_a_scan_cannot_read_is_named_in_the_log() {
+    let sb = Sandbox::new();
+    let dir = sb.path("conf.d");
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join("app.conf"), "v0").unwrap();
+    let cfg = config(&sb, &dir.join("app.conf"), &[&dir], "");
+    let tend = sb.tend().config(&cfg).start_ready();
+    assert!(
+        !tend.stderr().contains("cannot be read"),
+        "{}",
+        tend.stderr()
+    );
+    std::os::unix::fs::symlink("/nonexistent/target", dir.join("extra.conf")).unwrap();
+    tend.wait_stderr(
+        &format!(
+            "part of the watched config cannot be read; the check decides whether the config is valid without it watch=\"app\" unreadable=[\"{}/extra.conf -> /nonexistent: No such file or directory (os error 2)\"]",
+            dir.display()
+        ),
+        secs(5.0),
+    );
+}

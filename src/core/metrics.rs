@@ -256,8 +256,9 @@ mod tests {
 
     use super::*;
     use crate::config::Config;
-    use crate::core::{Command, Content, Core, Event, Exit, Now, Settings, SpawnKind};
+    use crate::core::{Command, Core, Event, Exit, Now, Settings, SpawnKind};
     use crate::process::ExitStatus;
+    use crate::watch::Report;
     use crate::watch::scan::test_fingerprint;
 
     const EPOCH_T0: u64 = 1_800_000_000;
@@ -330,12 +331,13 @@ mod tests {
         }
 
         fn content(&mut self, n: u8) {
-            self.send(Event::Content(Content {
+            self.send(Event::Content(Report {
                 watch: WatchId(0),
                 fingerprint: test_fingerprint(n),
                 changed: Vec::new(),
                 files: 1,
                 missing: Vec::new(),
+                unreadable: Vec::new(),
             }));
         }
 

@@ -52,7 +52,7 @@ use crate::config::{self, Action, Restart};
 use crate::process::ExitStatus;
 use crate::signals::{self, Role};
 use crate::status::{ServiceStatus, State, Status, WatchStatus};
-use crate::watch::{Fingerprint, SnapshotError, WatchId};
+use crate::watch::{Fingerprint, Report, SnapshotError, WatchId};
 use metrics::{CheckOutcome, Metrics};
 use pipeline::{Batch, Observed, Pipeline, Verdict};
 
@@ -91,7 +91,7 @@ pub enum Event {
         result: Result<Pid, SpawnFailure>,
     },
     /// A scan of a watch finished.
-    Content(Content),
+    Content(Report),
     /// A datagram on the notify socket. `chain` is the sender's pid and its
     /// ancestors' (nearest first), so the core can tell which instance's
     /// process tree it came from.
@@ -163,17 +163,6 @@ pub struct SpawnFailure {
     pub message: String,
     /// What a shell would exit with: 127 not found, 126 not executable, 1.
     pub exit_code: i32,
-}
-
-/// What one scan of a watch found.
-#[derive(Debug, Clone)]
-pub struct Content {
-    pub watch: WatchId,
-    pub fingerprint: Fingerprint,
-    /// Configured paths whose content differs from the previous scan.
-    pub changed: Vec<PathBuf>,
-    pub files: usize,
-    pub missing: Vec<PathBuf>,
 }
 
 /// Something for the shell to do, in order.
@@ -835,14 +824,19 @@ impl Core {
         pid: Option<Pid>,
         now: Now,
     ) {
-        let pid = pid.map_or(0, Pid::as_raw);
+        // A start that failed has no pid (the spawn's error was logged).
+        let what = match pid {
+            Some(_) => format!("service exited: {status}, after {uptime:.1?}"),
+            None => "the service could not start".to_string(),
+        };
+        let pid = pid.map(Pid::as_raw);
         let again = match self.settings.restart {
             Restart::Never => false,
             Restart::OnFailure => failed || !status.success(),
             Restart::Always => true,
         };
         if !again {
-            tracing::info!(pid, "service exited: {status}, after {uptime:.1?}");
+            tracing::info!(pid, "{what}");
             self.drain(status);
             return;
         }
@@ -859,7 +853,7 @@ impl Core {
         };
         tracing::warn!(
             pid,
-            "service exited: {status}, after {uptime:.1?}; restarting in {delay:?} (restart = {}){gate}",
+            "{what}; restarting in {delay:?} (restart = {}){gate}",
             self.settings.restart.as_str()
         );
         self.phase = Phase::BackingOff {
@@ -1211,12 +1205,13 @@ impl Core {
 
     // ------------------------------------------------------------ watches
 
-    fn on_content(&mut self, c: Content, now: Now) {
+    fn on_content(&mut self, c: Report, now: Now) {
         if !self.pipeline_runs() {
             return;
         }
         let name = self.pipeline.name(c.watch).to_string();
-        match self.pipeline.observe(c.watch, c.fingerprint, now.wall) {
+        let observed = self.pipeline.observe(c.watch, c.fingerprint, now.wall);
+        match observed {
             Observed::Unchanged => {
                 tracing::debug!(watch = name, "scanned: content unchanged")
             }
@@ -1236,6 +1231,13 @@ impl Core {
                 old.short(),
                 c.fingerprint.short()
             ),
+        }
+        if !c.unreadable.is_empty() && !matches!(observed, Observed::Unchanged) {
+            tracing::warn!(
+                watch = name,
+                unreadable = ?c.unreadable,
+                "part of the watched config cannot be read; the check decides whether the config is valid without it"
+            );
         }
         // A candidate that waited for its splay is replaced by the newer one.
         if let Some(candidate) = self.pipeline.orphaned_candidate(c.watch) {

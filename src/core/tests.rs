@@ -131,12 +131,13 @@ impl Fake {
     }
 
     fn content(&mut self, watch: usize, n: u8) -> Vec<Command> {
-        self.send(Event::Content(Content {
+        self.send(Event::Content(Report {
             watch: WatchId(watch),
             fingerprint: test_fingerprint(n),
             changed: Vec::new(),
             files: 1,
             missing: Vec::new(),
+            unreadable: Vec::new(),
         }))
     }
 

@@ -56,6 +56,7 @@ pub struct Scanned {
     pub per_path: Vec<Fingerprint>,
     pub files: usize,
     pub missing: Vec<PathBuf>,
+    pub unreadable: Vec<String>,
 }
 
 struct WatchState {
@@ -228,6 +229,7 @@ impl Books {
             per_path,
             files,
             missing,
+            unreadable,
             unpublished,
             dirs,
         } = scan;
@@ -309,6 +311,7 @@ impl Books {
             per_path,
             files,
             missing,
+            unreadable,
         })
     }
 
@@ -384,6 +387,7 @@ mod tests {
             per_path: vec![test_fingerprint(1)],
             files: 1,
             missing: Vec::new(),
+            unreadable: Vec::new(),
             unpublished: Vec::new(),
             dirs: dirs
                 .iter()

@@ -79,6 +79,8 @@ pub struct Report {
     pub files: usize,
     /// Configured paths that do not exist (yet).
     pub missing: Vec<PathBuf>,
+    /// What the scan could not read, as "PATH: why" (never any content).
+    pub unreadable: Vec<String>,
 }
 
 pub struct Watcher {
@@ -195,6 +197,7 @@ fn report(paths: &[PathBuf], previous: &mut Option<Vec<Fingerprint>>, s: Scanned
         changed,
         files: s.files,
         missing: s.missing,
+        unreadable: s.unreadable,
     }
 }
 
@@ -210,6 +213,7 @@ mod tests {
             per_path: fps.iter().map(|n| test_fingerprint(*n)).collect(),
             files: 1,
             missing: Vec::new(),
+            unreadable: Vec::new(),
         }
     }
 

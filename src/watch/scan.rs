@@ -189,6 +189,10 @@ pub struct Scan {
     pub files: usize,
     /// Watched paths that do not exist (yet).
     pub missing: Vec<PathBuf>,
+    /// What the scan could not read or would not follow, as "PATH: why"
+    /// (never any content): a file tend may not read, a broken symlink, a
+    /// directory past [`MAX_DEPTH`].
+    pub unreadable: Vec<String>,
     /// Kubelet keys present in `..data` whose top-level symlink is not there yet.
     pub unpublished: Vec<PathBuf>,
     /// Directories to watch, and for what.
@@ -274,6 +278,7 @@ fn scan_into<'a>(
         per_path,
         files: s.files,
         missing: s.missing,
+        unreadable: s.unreadable,
         unpublished: s.unpublished,
         dirs: s.dirs,
     }
@@ -286,6 +291,7 @@ struct Scanner<'r> {
     hasher: Sha256,
     files: usize,
     missing: Vec<PathBuf>,
+    unreadable: Vec<String>,
     unpublished: Vec<PathBuf>,
     dirs: BTreeMap<PathBuf, Dir>,
     /// (dev, ino) of directories already covered, against symlink loops.
@@ -428,6 +434,7 @@ impl<'r> Scanner<'r> {
             hasher: Sha256::default(),
             files: 0,
             missing: Vec::new(),
+            unreadable: Vec::new(),
             unpublished: Vec::new(),
             dirs: BTreeMap::new(),
             visited: HashSet::new(),
@@ -507,8 +514,11 @@ impl<'r> Scanner<'r> {
     /// Resolves a watched `path` (absolute) to a real path; a missing one is
     /// reported as missing.
     fn resolve_watched(&mut self, path: &Path) -> Result<PathBuf, Unresolved> {
+        let problems = self.unreadable.len();
         let found = self.resolve(PathBuf::from("/"), components(path));
         if found == Err(Unresolved::Missing) {
+            // Said as missing, not as what made it so.
+            self.unreadable.truncate(problems);
             self.missing.push(path.to_path_buf());
         }
         found
@@ -563,7 +573,7 @@ impl<'r> Scanner<'r> {
                         queue = rest;
                         continue;
                     }
-                    self.record_problem(&e);
+                    self.record_problem(&cand, &e);
                     return Err(Unresolved::Missing);
                 }
             };
@@ -578,11 +588,11 @@ impl<'r> Scanner<'r> {
                 let target = match target {
                     Ok(t) if hops <= MAX_SYMLINKS => t,
                     Ok(_) => {
-                        self.record_problem(&io::Error::from_raw_os_error(libc::ELOOP));
+                        self.record_problem(&cand, &io::Error::from_raw_os_error(libc::ELOOP));
                         return Err(Unresolved::Broken);
                     }
                     Err(e) => {
-                        self.record_problem(&e);
+                        self.record_problem(&cand, &e);
                         return Err(Unresolved::Broken);
                     }
                 };
@@ -603,7 +613,7 @@ impl<'r> Scanner<'r> {
     fn cover(&mut self, rel: &Path, real: &Path, depth: usize) {
         let meta = match fs::metadata(real) {
             Ok(m) => m,
-            Err(e) => return self.record_problem(&e),
+            Err(e) => return self.record_problem(real, &e),
         };
         if meta.is_file() {
             self.hash_file(rel, real);
@@ -612,7 +622,14 @@ impl<'r> Scanner<'r> {
             // FIFO would block, a device may act on open).
             self.not_regular(rel);
         } else {
-            if depth > MAX_DEPTH || !self.visited.insert((meta.dev(), meta.ino())) {
+            if depth > MAX_DEPTH {
+                self.unreadable.push(format!(
+                    "{}: more than {MAX_DEPTH} directory levels below the watched path, not covered",
+                    real.display()
+                ));
+                return;
+            }
+            if !self.visited.insert((meta.dev(), meta.ino())) {
                 return;
             }
             self.watch(real, Interest::All);
@@ -629,7 +646,7 @@ impl<'r> Scanner<'r> {
             };
             let mut names: Vec<OsString> = match fs::read_dir(&listed) {
                 Ok(entries) => entries.flatten().map(|e| e.file_name()).collect(),
-                Err(e) => return self.record_problem(&e),
+                Err(e) => return self.record_problem(&listed, &e),
             };
             names.retain(|n| !is_kubelet_internal(n) && !self.is_own(real, n));
             names.sort();
@@ -640,8 +657,17 @@ impl<'r> Scanner<'r> {
                 self.hasher.update(b"\0");
                 // From the real directory, not from `/` again: its ancestors
                 // were resolved already.
-                if let Ok(child) = self.resolve(real.to_path_buf(), VecDeque::from([name])) {
-                    self.cover(&child_rel, &child, depth + 1);
+                let problems = self.unreadable.len();
+                match self.resolve(real.to_path_buf(), VecDeque::from([name.clone()])) {
+                    Ok(child) => self.cover(&child_rel, &child, depth + 1),
+                    Err(_) => {
+                        // Named as the user knows it: the entry, then where
+                        // its symlinks led.
+                        let entry = real.join(&name);
+                        for p in &mut self.unreadable[problems..] {
+                            *p = format!("{} -> {p}", entry.display());
+                        }
+                    }
                 }
             }
         }
@@ -665,7 +691,7 @@ impl<'r> Scanner<'r> {
                 if let Some(c) = self.copy.as_deref_mut() {
                     c.fail("cannot read", real, &e);
                 }
-                return self.record_problem(&e);
+                return self.record_problem(real, &e);
             }
         };
         self.files += 1;
@@ -690,7 +716,7 @@ impl<'r> Scanner<'r> {
                     if let Some(c) = self.copy.as_deref_mut() {
                         c.fail("cannot read", real, &e);
                     }
-                    return self.record_problem(&e);
+                    return self.record_problem(real, &e);
                 }
             }
         }
@@ -715,10 +741,11 @@ impl<'r> Scanner<'r> {
 
     /// A path that cannot be read is part of what the watch sees: it changes
     /// the fingerprint, and the check decides what it means.
-    fn record_problem(&mut self, e: &io::Error) {
+    fn record_problem(&mut self, path: &Path, e: &io::Error) {
         self.hasher.update(b"error\0");
         self.hasher
             .update(e.raw_os_error().unwrap_or(-1).to_le_bytes());
+        self.unreadable.push(format!("{}: {e}", path.display()));
     }
 }
 
@@ -811,6 +838,42 @@ mod tests {
         );
         fs::write(&f, "").unwrap();
         assert_ne!(fp(&[f]), s.fingerprint);
+    }
+
+    #[test]
+    fn what_cannot_be_read_is_named_and_a_missing_path_only_as_missing() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("conf.d");
+        fs::create_dir(&dir).unwrap();
+        fs::write(dir.join("app.conf"), "x").unwrap();
+        symlink("/nonexistent/target", dir.join("dangling.conf")).unwrap();
+        let mut deep = dir.join("deep");
+        for i in 0..=MAX_DEPTH {
+            deep = deep.join(i.to_string());
+        }
+        fs::create_dir_all(&deep).unwrap();
+        fs::write(deep.join("too-deep.conf"), "x").unwrap();
+        let missing = d.path().join("later.conf");
+        let s = plain_scan(&[dir.clone(), missing.clone()], &HashKey::fixed());
+        assert_eq!(s.files, 1);
+        assert_eq!(s.missing, vec![missing]);
+        assert_eq!(s.unreadable.len(), 2, "{:?}", s.unreadable);
+        assert!(
+            s.unreadable[0].starts_with(&format!(
+                "{}/dangling.conf -> /nonexistent: No such file or directory",
+                dir.display()
+            )),
+            "{:?}",
+            s.unreadable
+        );
+        assert!(
+            s.unreadable[1].ends_with(&format!(
+                "/{}: more than {MAX_DEPTH} directory levels below the watched path, not covered",
+                MAX_DEPTH - 1
+            )),
+            "{:?}",
+            s.unreadable
+        );
     }
 
     #[test]
