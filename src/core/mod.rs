@@ -1362,7 +1362,10 @@ impl Core {
             for id in overdue {
                 self.verify_timed_out(id, now);
             }
-            for (id, fp) in self.pipeline.splays_due(now.mono) {
+            // A start never waits: a service that is down reads every
+            // checked change at once.
+            let down = matches!(self.phase, Phase::Starting | Phase::WaitingForConfig);
+            for (id, fp) in self.pipeline.splays_due(now.mono, down) {
                 self.publish(id, fp);
             }
             for id in self.pipeline.rechecks_due(now.mono) {

@@ -311,13 +311,13 @@ impl Pipeline {
         }
     }
 
-    /// The splay waits that are over: those watches move on (to
-    /// publishing, returned, or to their action).
-    pub fn splays_due(&mut self, now: Instant) -> Vec<(WatchId, Fingerprint)> {
+    /// The splay waits that are over (every one, with `all`): those
+    /// watches move on (to publishing, returned, or to their action).
+    pub fn splays_due(&mut self, now: Instant, all: bool) -> Vec<(WatchId, Fingerprint)> {
         let mut publish = Vec::new();
         for (i, e) in self.entries.iter_mut().enumerate() {
             if let Stage::Splaying(fp, at) = e.stage
-                && at <= now
+                && (all || at <= now)
             {
                 e.action_at = None;
                 if e.publish {

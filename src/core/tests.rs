@@ -1565,3 +1565,44 @@ fn with_publish_a_change_waiting_for_its_splay_is_not_published_yet() {
     let c = f.content(0, 3);
     assert_eq!(discarded(&c).as_deref(), Some(Path::new("/pub/..g2")));
 }
+
+/// A watch with publish and verify (`verify_timeout = "5s"`) and this
+/// `on_change`, under this `[service]`.
+fn verified_toml(service: &str, on_change: &str, extra: &str) -> String {
+    format!(
+        "[service]\n{service}\n[[watch]]\nname = \"app\"\npaths = [\"/a\"]\npublish = \"/pub\"\n\
+         check = [\"check\", \"{{candidate}}/app.conf\"]\n{on_change}\n\
+         verify = [\"verify\"]\nverify_timeout = \"5s\"\n{extra}"
+    )
+}
+
+#[test]
+fn a_crash_during_a_splay_wait_starts_the_service_on_the_checked_content_at_once() {
+    let toml = verified_toml(
+        "restart = \"always\"",
+        "on_change = \"signal\"",
+        "splay = \"1000s\"\n",
+    );
+    let mut f = Fake::new(&toml);
+    f.core.rng = 12345; // a wait of minutes
+    f.tick();
+    f.candidate(1, "/pub/..g1", OK);
+    f.publication(1, Ok(()));
+    let c = f.candidate(2, "/pub/..g2", OK);
+    assert!(published(&c).is_none(), "waits for its splay");
+    f.exit(f.service(), ExitStatus::Signal(KILL));
+    let c = f.at_deadline();
+    assert_eq!(f.elapsed, Duration::from_secs(1), "the restart back-off");
+    assert_eq!(published(&c).as_deref(), Some(Path::new("/pub/..g2")));
+    let c = f.published_over(2, Ok(()), Some("/pub/..g1"));
+    assert_eq!(
+        discarded(&c).as_deref(),
+        Some(Path::new("/pub/..g1")),
+        "a start is not verified"
+    );
+    assert_eq!(spawns(&c), [SpawnKind::Service]);
+    assert_eq!(f.state(), (State::Ready, true));
+    assert!(f.core.status().watches[0].action_at.is_none());
+    assert_eq!(f.jobs("verify"), 0);
+    assert_eq!(f.core.deadline(), None);
+}
