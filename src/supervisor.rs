@@ -200,13 +200,13 @@ impl Supervisor {
                     watch,
                     fingerprint,
                     candidate,
-                    keep_previous,
+                    keep,
                 } => {
                     self.watcher.ask(Request::Publish {
                         watch,
                         fingerprint,
                         candidate,
-                        keep_previous,
+                        keep,
                     });
                     None
                 }

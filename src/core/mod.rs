@@ -52,6 +52,7 @@ use crate::config::{self, Action, Restart};
 use crate::process::ExitStatus;
 use crate::signals::{self, Role};
 use crate::status::{ServiceStatus, State, Status, WatchStatus};
+use crate::watch::publish::Keep;
 use crate::watch::{Fingerprint, SnapshotError, WatchId};
 use metrics::{CheckOutcome, Metrics};
 use pipeline::{Batch, Observed, Pipeline, Verdict};
@@ -194,14 +195,13 @@ pub enum Command {
         watch: WatchId,
         fingerprint: Fingerprint,
     },
-    /// Make this candidate the published generation (keeping the one it
-    /// replaces, to roll back to, when asked); answered by
-    /// [`Event::Published`].
+    /// Make this candidate the published generation, keeping one other
+    /// to roll back to when asked; answered by [`Event::Published`].
     Publish {
         watch: WatchId,
         fingerprint: Fingerprint,
         candidate: PathBuf,
-        keep_previous: bool,
+        keep: Keep,
     },
     /// Publish this earlier generation again: `verify` failed for the
     /// content `fingerprint`. Answered by [`Event::RolledBack`].
@@ -819,7 +819,7 @@ impl Core {
                 );
                 self.phase = Phase::Running(new);
                 self.finish_acting(true, now);
-                self.pipeline.started();
+                self.started();
             }
             _ => unreachable!("current pids exist only in the phases above"),
         }
@@ -1119,7 +1119,7 @@ impl Core {
                         }
                     }
                     _ => {
-                        self.pipeline.started();
+                        self.started();
                         self.phase = Phase::Running(new);
                     }
                 }
@@ -1376,6 +1376,13 @@ impl Core {
                     );
                 }
             }
+        }
+    }
+
+    /// A service instance started (or took over): see [`Pipeline::started`].
+    fn started(&mut self) {
+        for (watch, candidate) in self.pipeline.started() {
+            self.out.push(Command::Discard { watch, candidate });
         }
     }
 
@@ -1655,15 +1662,22 @@ impl Core {
         }
     }
 
-    /// Publishes the candidate of `fp` of watch `id`, if it has one. The
-    /// generation it replaces is kept when an action will be verified.
+    /// Publishes the candidate of `fp` of watch `id`, if it has one. When
+    /// an action will be verified, the generation to roll back to is kept:
+    /// the one it replaces, or, while that one was not verified, the one
+    /// still kept from before it.
     fn publish(&mut self, id: WatchId, fp: Fingerprint) {
         if let Some(candidate) = self.pipeline.take_candidate(id) {
+            let keep = match (&self.watches[id.0].verify, self.pipeline.kept(id)) {
+                (None, _) => Keep::Nothing,
+                (Some(_), None) => Keep::Published,
+                (Some(_), Some(dir)) => Keep::Generation(dir),
+            };
             self.out.push(Command::Publish {
                 watch: id,
                 fingerprint: fp,
                 candidate,
-                keep_previous: self.watches[id.0].verify.is_some(),
+                keep,
             });
         }
     }

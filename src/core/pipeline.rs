@@ -349,13 +349,26 @@ impl Pipeline {
         if e.stage != Stage::Publishing(fp) {
             return false;
         }
-        e.previous = previous.zip(e.published);
+        e.previous = match (previous, e.previous.take()) {
+            // Still the one kept from before (what replaced it was not
+            // verified).
+            (Some(dir), Some((kept, what))) if dir == kept => Some((kept, what)),
+            (previous, _) => previous.zip(e.published),
+        };
         e.published = Some(Published::Now(fp));
         e.passed = Some(fp);
         // The service is told even if newer content arrived meanwhile: the
         // copy it reads changed. The newer content is checked after.
         e.stage = Stage::Valid(fp);
         true
+    }
+
+    /// The generation kept to roll back to, if one is.
+    pub fn kept(&self, id: WatchId) -> Option<PathBuf> {
+        self.entries[id.0]
+            .previous
+            .as_ref()
+            .map(|(dir, _)| dir.clone())
     }
 
     /// Records the newest content of a watch.
@@ -376,6 +389,8 @@ impl Pipeline {
             | Stage::Acting(_)
             | Stage::Verifying(_)
             | Stage::RollingBack(_) => {}
+            // The service goes back to the previous generation first.
+            Stage::Valid(_) | Stage::RetryAt(..) if e.reapplying => {}
             // The newer content wins over a change still waiting.
             Stage::Idle
             | Stage::NeedsCheck
@@ -485,8 +500,11 @@ impl Pipeline {
 
     /// The service started: it reads every watch's newest content that
     /// passed its check (the published copy, with `publish`), so every
-    /// pending action for that content is done.
-    pub fn started(&mut self) {
+    /// pending action for that content is done. Returns the generations
+    /// kept to roll back to that are no longer needed: a start is not
+    /// verified, and what it runs is the base of the next change.
+    pub fn started(&mut self) -> Vec<(WatchId, PathBuf)> {
+        let mut unkept = Vec::new();
         for (i, e) in self.entries.iter_mut().enumerate() {
             let read = if e.publish {
                 match e.published {
@@ -497,15 +515,17 @@ impl Pipeline {
                 e.seen
             };
             if e.reapplying
-                && matches!(
-                    e.stage,
-                    Stage::Valid(_) | Stage::Acting(_) | Stage::RetryAt(..)
-                )
+                && let Stage::Valid(fp) | Stage::Acting(fp) | Stage::RetryAt(fp, _) = e.stage
             {
                 // It started on the generation put back: that was the point.
                 e.reapplying = false;
-                e.stage = Stage::Idle;
                 e.retry_delay = RETRY_INITIAL;
+                if e.seen == Some(fp) {
+                    e.result = WatchResult::RolledBack;
+                    e.stage = Stage::Idle;
+                } else {
+                    e.stage = Stage::NeedsCheck;
+                }
                 continue;
             }
             if let Stage::Valid(fp)
@@ -517,6 +537,9 @@ impl Pipeline {
                 e.action_at = None;
                 e.stage = Stage::Idle;
                 e.retry_delay = RETRY_INITIAL;
+                if let Some((dir, _)) = e.previous.take() {
+                    unkept.push((WatchId(i), dir));
+                }
             }
             if e.stage == Stage::Idle && e.passed.is_some() && e.passed == e.seen {
                 if e.result != WatchResult::Applied {
@@ -526,6 +549,7 @@ impl Pipeline {
                 e.good = true;
             }
         }
+        unkept
     }
 
     /// The actions to apply now, if any: every watch whose config passed its
@@ -591,22 +615,28 @@ impl Pipeline {
             // seen, and is not applied again until it changes.
             e.reapplying = false;
             e.retry_delay = RETRY_INITIAL;
-            e.stage = if superseded {
-                Stage::NeedsCheck
+            if superseded {
+                e.stage = Stage::NeedsCheck;
             } else {
-                Stage::Idle
-            };
+                // Also after a failed try at putting it back.
+                e.result = WatchResult::RolledBack;
+                e.stage = Stage::Idle;
+            }
         } else if ok {
-            if !e.verify || superseded {
+            // With `publish`, content applied is verified even when newer
+            // content waits: the generation kept to roll back to must be
+            // one that passed its verify.
+            let verify = e.verify && (e.publish || !superseded);
+            if !verify {
                 self.outcomes.push((id, true));
             }
             e.good = true;
             e.retry_delay = RETRY_INITIAL;
-            if superseded {
-                e.stage = Stage::NeedsCheck;
-            } else if e.verify {
+            if verify {
                 e.stage = Stage::Verifying(fp);
                 e.result = WatchResult::Verifying;
+            } else if superseded {
+                e.stage = Stage::NeedsCheck;
             } else {
                 e.stage = Stage::Idle;
                 e.result = WatchResult::Applied;
@@ -644,13 +674,14 @@ impl Pipeline {
             return None;
         }
         e.check_output = output;
-        e.result = WatchResult::Applied;
         self.outcomes.push((id, true));
-        e.stage = if e.seen == Some(fp) {
-            Stage::Idle
+        if e.seen == Some(fp) {
+            e.result = WatchResult::Applied;
+            e.stage = Stage::Idle;
         } else {
-            Stage::NeedsCheck
-        };
+            e.result = WatchResult::Pending;
+            e.stage = Stage::NeedsCheck;
+        }
         e.previous.take().map(|(dir, _)| dir)
     }
 
@@ -697,6 +728,12 @@ impl Pipeline {
         match result {
             Ok(()) => {
                 e.published = Some(previous);
+                // A start now reads the generation put back: it must not
+                // count as applying the rejected content.
+                e.passed = match previous {
+                    Published::Now(p) => Some(p),
+                    Published::Earlier => None,
+                };
                 e.reapplying = true;
                 e.stage = Stage::Valid(fp);
             }

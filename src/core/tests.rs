@@ -1398,7 +1398,7 @@ impl Fake {
                 watch: WatchId(0),
                 fingerprint: test_fingerprint(n),
                 candidate: PathBuf::from(&candidate),
-                keep_previous: true,
+                keep: Keep::Published,
             }),
             "{c:?}"
         );
@@ -1576,6 +1576,91 @@ fn verified_toml(service: &str, on_change: &str, extra: &str) -> String {
     )
 }
 
+impl Fake {
+    /// Started on published content 1 with `toml`.
+    fn verified_with(toml: &str) -> Fake {
+        let mut f = Fake::new(toml);
+        f.tick();
+        f.candidate(1, "/pub/..g1", OK);
+        f.publication(1, Ok(()));
+        assert_eq!(f.services().len(), 1);
+        assert_eq!(f.state(), (State::Ready, true));
+        f
+    }
+
+    /// `reloader_last_reload_successful` is 0.
+    fn last_reload_failed(&mut self) -> bool {
+        let status = self.core.status();
+        let page = self.core.metrics().render(&status);
+        page.contains("reloader_last_reload_successful 0")
+    }
+
+    /// The previous generation of content `n` is back.
+    fn rolled_back(&mut self, n: u8) -> Vec<Command> {
+        self.send(Event::RolledBack {
+            watch: WatchId(0),
+            fingerprint: test_fingerprint(n),
+            result: Ok(()),
+        })
+    }
+}
+
+fn publish_asked(commands: &[Command]) -> Option<(PathBuf, Keep)> {
+    commands.iter().find_map(|c| match c {
+        Command::Publish {
+            candidate, keep, ..
+        } => Some((candidate.clone(), keep.clone())),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_stop_start_restart_that_fails_verify_stays_rolled_back_once_restarted() {
+    let toml = verified_toml("restart = \"always\"", "on_change = \"restart\"", "");
+    let mut f = Fake::verified_with(&toml);
+    let old = f.service();
+    f.candidate(2, "/pub/..g2", OK);
+    let c = f.published_over(2, Ok(()), Some("/pub/..g1"));
+    assert_eq!(signalled(&c, old)[0], TERM);
+    f.exit(old, ExitStatus::Signal(TERM));
+    assert_eq!(f.services().len(), 2);
+    assert_eq!(f.result(0), WatchResult::Verifying);
+    f.fail_verify_until_its_time_is_up("HTTP 502");
+    let new = f.service();
+    let c = f.rolled_back(2);
+    assert_eq!(signalled(&c, new)[0], TERM, "restarted on the previous one");
+    f.exit(new, ExitStatus::Signal(TERM));
+    assert_eq!(f.services().len(), 3);
+    assert_eq!(f.result(0), WatchResult::RolledBack);
+    assert_eq!(f.state(), (State::InvalidConfig, false));
+    assert!(f.last_reload_failed());
+    assert_eq!(f.core.deadline(), None);
+}
+
+#[test]
+fn a_service_that_crashes_after_a_rollback_restarts_on_the_previous_config_still_rolled_back() {
+    let toml = verified_toml("restart = \"always\"", "on_change = \"signal\"", "");
+    let mut f = Fake::verified_with(&toml);
+    f.apply_verified(2);
+    f.fail_verify_until_its_time_is_up("HTTP 502");
+    f.rolled_back(2);
+    assert_eq!(f.result(0), WatchResult::RolledBack);
+    f.exit(f.service(), ExitStatus::Signal(KILL));
+    let c = f.at_deadline();
+    assert_eq!(
+        spawns(&c),
+        [SpawnKind::Service],
+        "started on the previous copy"
+    );
+    assert!(published(&c).is_none() && snapshot_asked(&c).is_none());
+    assert_eq!(f.result(0), WatchResult::RolledBack);
+    assert_eq!(f.state(), (State::InvalidConfig, false));
+    assert!(f.last_reload_failed());
+    // Still not applied again.
+    assert!(f.content(0, 2).is_empty());
+    assert_eq!(f.core.deadline(), None);
+}
+
 #[test]
 fn a_crash_during_a_splay_wait_starts_the_service_on_the_checked_content_at_once() {
     let toml = verified_toml(
@@ -1605,4 +1690,115 @@ fn a_crash_during_a_splay_wait_starts_the_service_on_the_checked_content_at_once
     assert!(f.core.status().watches[0].action_at.is_none());
     assert_eq!(f.jobs("verify"), 0);
     assert_eq!(f.core.deadline(), None);
+}
+
+#[test]
+fn a_rollback_whose_action_fails_is_retried_before_a_newer_change() {
+    let toml = verified_toml("", "on_change = \"exec\"\nexec = [\"reload\"]", "");
+    let mut f = Fake::verified_with(&toml);
+    f.candidate(2, "/pub/..g2", OK);
+    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    f.exit(f.job("reload"), OK);
+    f.fail_verify_until_its_time_is_up("HTTP 502");
+    f.rolled_back(2);
+    let reloads = f.jobs("reload");
+    assert_eq!(reloads, 2, "applied, then applied again");
+    f.exit(f.job("reload"), FAIL);
+    assert_eq!(f.result(0), WatchResult::ActionFailed);
+    // A newer change waits until the service is back on the previous one.
+    assert!(snapshot_asked(&f.content(0, 3)).is_none());
+    f.at_deadline();
+    assert_eq!(f.jobs("reload"), reloads + 1, "the rollback's action again");
+    let c = f.exit(f.job("reload"), OK);
+    assert_eq!(snapshot_asked(&c), Some(test_fingerprint(3)));
+    f.snapshot(3, Ok("/pub/..g3"));
+    let c = f.exit(f.job("check"), OK);
+    assert_eq!(
+        publish_asked(&c),
+        Some((PathBuf::from("/pub/..g3"), Keep::Published))
+    );
+    f.published_over(3, Ok(()), Some("/pub/..g1"));
+    f.exit(f.job("reload"), OK);
+    assert_eq!(f.result(0), WatchResult::Verifying, "verified as usual");
+    f.exit(f.job("verify"), OK);
+    assert_eq!(f.result(0), WatchResult::Applied);
+    assert_eq!(f.state(), (State::Ready, true));
+
+    // Without a newer change, a rollback whose action failed at first is
+    // rolled_back once it succeeded.
+    let mut f = Fake::verified_with(&toml);
+    f.candidate(2, "/pub/..g2", OK);
+    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    f.exit(f.job("reload"), OK);
+    f.fail_verify_until_its_time_is_up("HTTP 502");
+    f.rolled_back(2);
+    f.exit(f.job("reload"), FAIL);
+    f.at_deadline();
+    f.exit(f.job("reload"), OK);
+    assert_eq!(f.result(0), WatchResult::RolledBack);
+    assert_eq!(f.core.deadline(), None);
+}
+
+#[test]
+fn content_applied_while_newer_content_arrived_is_verified_before_it() {
+    let toml = verified_toml("", "on_change = \"exec\"\nexec = [\"reload\"]", "");
+    let mut f = Fake::verified_with(&toml);
+    f.candidate(2, "/pub/..g2", OK);
+    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    f.content(0, 3);
+    f.exit(f.job("reload"), OK);
+    assert_eq!(f.jobs("verify"), 1, "content 2 is verified");
+    // It fails: the rollback goes to content 1, never to unverified content.
+    let (_, c) = f.fail_verify_until_its_time_is_up("HTTP 502");
+    assert_eq!(rollback_asked(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    f.rolled_back(2);
+    let c = f.exit(f.job("reload"), OK);
+    assert_eq!(snapshot_asked(&c), Some(test_fingerprint(3)), "then 3");
+}
+
+#[test]
+fn the_generation_kept_to_roll_back_to_is_the_last_verified_one() {
+    let toml = verified_toml(
+        "restart = \"always\"",
+        "on_change = \"exec\"\nexec = [\"reload\"]",
+        "",
+    );
+    let mut f = Fake::verified_with(&toml);
+    f.candidate(2, "/pub/..g2", OK);
+    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    f.exit(f.job("reload"), FAIL);
+    assert_eq!(f.result(0), WatchResult::ActionFailed);
+    // Content 3 replaces 2, whose action failed: 1 stays the one to go back to.
+    f.content(0, 3);
+    f.snapshot(3, Ok("/pub/..g3"));
+    let c = f.exit(f.job("check"), OK);
+    assert_eq!(
+        publish_asked(&c),
+        Some((
+            PathBuf::from("/pub/..g3"),
+            Keep::Generation(PathBuf::from("/pub/..g1"))
+        ))
+    );
+    f.published_over(3, Ok(()), Some("/pub/..g1"));
+    f.exit(f.job("reload"), OK);
+    let (_, c) = f.fail_verify_until_its_time_is_up("HTTP 502");
+    assert_eq!(rollback_asked(&c).as_deref(), Some(Path::new("/pub/..g1")));
+
+    // A start on content whose action failed makes it the base instead.
+    let mut f = Fake::verified_with(&toml);
+    f.candidate(2, "/pub/..g2", OK);
+    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    f.exit(f.job("reload"), FAIL);
+    f.exit(f.service(), ExitStatus::Signal(KILL));
+    let c = f.at_deadline();
+    assert_eq!(spawns(&c), [SpawnKind::Service]);
+    assert_eq!(discarded(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    assert_eq!(f.state(), (State::Ready, true));
+    f.content(0, 3);
+    f.snapshot(3, Ok("/pub/..g3"));
+    let c = f.exit(f.job("check"), OK);
+    assert_eq!(
+        publish_asked(&c),
+        Some((PathBuf::from("/pub/..g3"), Keep::Published))
+    );
 }

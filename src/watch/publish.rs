@@ -124,13 +124,28 @@ pub fn create_generation(dir: &Path) -> io::Result<PathBuf> {
     unreachable!("the loop returns")
 }
 
+/// Which generation a publication keeps besides the new one, to roll back
+/// to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Keep {
+    Nothing,
+    /// The one published until now.
+    Published,
+    /// This generation of the directory (one published before, still kept).
+    Generation(PathBuf),
+}
+
 /// Publishes the candidate `generation` (a path made by
-/// [`create_generation`] in `dir`), then removes every other generation;
-/// with `keep_previous`, all but the one published until now, which is
-/// returned (to roll back to).
-pub fn publish(dir: &Path, generation: &Path, keep_previous: bool) -> io::Result<Option<PathBuf>> {
+/// [`create_generation`] in `dir`), then removes every other generation but
+/// the one to `keep`, which is returned when it is there.
+pub fn publish(dir: &Path, generation: &Path, keep: &Keep) -> io::Result<Option<PathBuf>> {
     let name = generation_name(dir, generation)?;
-    let previous = published(dir).filter(|p| keep_previous && p != name);
+    let previous = match keep {
+        Keep::Nothing => None,
+        Keep::Published => published(dir),
+        Keep::Generation(g) => Some(generation_name(dir, g)?.to_os_string()).filter(|_| g.is_dir()),
+    }
+    .filter(|p| p != name);
     let tmp = dir.join(DATA_TMP);
     remove(&tmp)?;
     symlink(name, &tmp).map_err(|e| with_path(e, "cannot create", &tmp))?;
@@ -282,7 +297,7 @@ mod tests {
         let dir = d.path().join("pub");
         assert_eq!(prepare(&dir).unwrap(), None, "created empty");
         let g1 = generation(&dir, &[("a.conf", "1"), ("b.conf", "1")]);
-        publish(&dir, &g1, false).unwrap();
+        publish(&dir, &g1, &Keep::Nothing).unwrap();
         assert_eq!(read(&dir, "a.conf"), "1");
         assert_eq!(
             fs::read_link(dir.join("a.conf")).unwrap(),
@@ -290,7 +305,7 @@ mod tests {
         );
         let g2 = generation(&dir, &[("a.conf", "2"), ("c.conf", "2")]);
         assert_eq!(read(&dir, "a.conf"), "1", "a candidate is not published");
-        publish(&dir, &g2, false).unwrap();
+        publish(&dir, &g2, &Keep::Nothing).unwrap();
         assert_eq!(read(&dir, "a.conf"), "2");
         assert_eq!(read(&dir, "c.conf"), "2");
         assert!(
@@ -306,13 +321,20 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().to_path_buf();
         let g1 = generation(&dir, &[("a", "1"), ("only-in-1", "x")]);
-        assert_eq!(publish(&dir, &g1, true).unwrap(), None, "nothing before");
+        assert_eq!(
+            publish(&dir, &g1, &Keep::Published).unwrap(),
+            None,
+            "nothing before"
+        );
         let g2 = generation(&dir, &[("a", "2")]);
-        assert_eq!(publish(&dir, &g2, true).unwrap(), Some(g1.clone()));
+        assert_eq!(
+            publish(&dir, &g2, &Keep::Published).unwrap(),
+            Some(g1.clone())
+        );
         assert_eq!(read(&dir, "a"), "2");
         assert!(g1.exists(), "kept for a rollback");
         // The rollback: the previous generation, published again.
-        assert_eq!(publish(&dir, &g1, false).unwrap(), None);
+        assert_eq!(publish(&dir, &g1, &Keep::Nothing).unwrap(), None);
         assert_eq!(read(&dir, "a"), "1");
         assert_eq!(read(&dir, "only-in-1"), "x");
         assert!(!g2.exists(), "the rejected generation is removed");
@@ -323,7 +345,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().to_path_buf();
         let g1 = generation(&dir, &[("a", "1")]);
-        publish(&dir, &g1, false).unwrap();
+        publish(&dir, &g1, &Keep::Nothing).unwrap();
         let g2 = generation(&dir, &[("a", "2")]);
         discard(&dir, &g2).unwrap();
         assert!(!g2.exists());
@@ -341,7 +363,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().to_path_buf();
         let g1 = generation(&dir, &[("a", "1")]);
-        publish(&dir, &g1, false).unwrap();
+        publish(&dir, &g1, &Keep::Nothing).unwrap();
         let left = generation(&dir, &[("a", "2")]);
         symlink("..nothing", dir.join(DATA_TMP)).unwrap();
         let restored = prepare(&dir).unwrap().expect("a generation was published");
@@ -355,7 +377,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().to_path_buf();
         let g1 = generation(&dir, &[("a", "1"), ("gone", "1")]);
-        publish(&dir, &g1, false).unwrap();
+        publish(&dir, &g1, &Keep::Nothing).unwrap();
         // Killed after the ..data swap, before the keys were linked.
         let g2 = generation(&dir, &[("a", "2"), ("new", "2")]);
         symlink(name_of(&g2), dir.join(DATA_TMP)).unwrap();
@@ -371,7 +393,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().to_path_buf();
         let g1 = generation(&dir, &[("a", "1")]);
-        publish(&dir, &g1, false).unwrap();
+        publish(&dir, &g1, &Keep::Nothing).unwrap();
         fs::remove_dir_all(&g1).unwrap();
         assert_eq!(prepare(&dir).unwrap(), None);
         assert!(entries(&dir).is_empty(), "{:?}", entries(&dir));

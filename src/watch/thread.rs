@@ -114,7 +114,7 @@ pub enum Request {
         watch: WatchId,
         fingerprint: Fingerprint,
         candidate: PathBuf,
-        keep_previous: bool,
+        keep: publish::Keep,
     },
     /// Publish this earlier generation again (`verify` failed for the
     /// content with this fingerprint).
@@ -416,11 +416,11 @@ impl Worker {
                     watch,
                     fingerprint,
                     candidate,
-                    keep_previous,
+                    keep,
                 } => {
                     let result = match &self.publish[watch.0] {
                         Some(dir) => {
-                            publish::publish(dir, &candidate, keep_previous).map_err(|e| {
+                            publish::publish(dir, &candidate, &keep).map_err(|e| {
                                 // A candidate that cannot be published is of no use.
                                 let _ = publish::discard(dir, &candidate);
                                 e.to_string()
@@ -436,7 +436,7 @@ impl Worker {
                 }
                 Request::Rollback(id, fp, generation) => {
                     let result = match &self.publish[id.0] {
-                        Some(dir) => publish::publish(dir, &generation, false)
+                        Some(dir) => publish::publish(dir, &generation, &publish::Keep::Nothing)
                             .map(drop)
                             .map_err(|e| e.to_string()),
                         None => Err("the watch has no `publish` directory".into()),
