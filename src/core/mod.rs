@@ -392,8 +392,11 @@ struct Verification {
     fp: Fingerprint,
     /// Not passed by then: failed.
     deadline: Instant,
-    /// When it runs next (None while it runs).
+    /// When it runs next.
     next_at: Option<Instant>,
+    /// A run is in flight: it is killed at `deadline` (its own timeout),
+    /// and what it printed until then is the output the failure shows.
+    running: bool,
     delay: Duration,
     output: String,
 }
@@ -578,7 +581,7 @@ impl Core {
         let verifying = self
             .verifications
             .values()
-            .flat_map(|v| [Some(v.deadline), v.next_at])
+            .flat_map(|v| [(!v.running).then_some(v.deadline), v.next_at])
             .flatten()
             .min()
             .filter(|_| watching);
@@ -1356,11 +1359,11 @@ impl Core {
             let overdue: Vec<WatchId> = self
                 .verifications
                 .iter()
-                .filter(|(_, v)| now.mono >= v.deadline)
+                .filter(|(_, v)| !v.running && now.mono >= v.deadline)
                 .map(|(id, _)| *id)
                 .collect();
             for id in overdue {
-                self.verify_timed_out(id, now);
+                self.verify_timed_out(id);
             }
             // A start never waits: a service that is down reads every
             // checked change at once.
@@ -1511,7 +1514,7 @@ impl Core {
             }
             return;
         }
-        tracing::debug!(watch = name, "verify failed ({describe}); running it again");
+        v.running = false;
         v.output = output;
         v.next_at = Some(now.mono + v.delay);
         v.delay = (v.delay * 2).min(VERIFY_AGAIN_MAX);
@@ -1519,23 +1522,25 @@ impl Core {
             // No time for another run: it has failed at its deadline.
             v.next_at = None;
         }
+        tracing::debug!(
+            watch = name,
+            "verify failed ({describe}){}",
+            if v.next_at.is_some() {
+                "; running it again"
+            } else {
+                ""
+            }
+        );
+        if now.mono >= v.deadline {
+            self.verify_timed_out(id);
+        }
     }
 
     /// `verify` of watch `id` did not pass within `verify_timeout`.
-    fn verify_timed_out(&mut self, id: WatchId, now: Now) {
+    fn verify_timed_out(&mut self, id: WatchId) {
         let Some(v) = self.verifications.remove(&id) else {
             return;
         };
-        if let Some(j) = self
-            .jobs
-            .iter_mut()
-            .find(|j| matches!(j.role, JobRole::Verify(w, _) if w == id))
-        {
-            // Its result no longer matters.
-            j.timed_out = true;
-            let pid = j.pid;
-            self.signal_group(pid, Signal::SIGKILL as i32);
-        }
         let name = self.pipeline.name(id).to_string();
         let timeout = self.watches[id.0].verify_timeout;
         let tail = crate::text::for_log(&v.output);
@@ -1559,7 +1564,6 @@ impl Core {
                  there is no previous config to roll back to{tail}"
             ),
         }
-        let _ = now;
     }
 
     /// Starts and runs again the `verify` of every watch that needs it.
@@ -1572,6 +1576,7 @@ impl Core {
                         fp,
                         deadline: now.mono + self.watches[id.0].verify_timeout,
                         next_at: Some(now.mono),
+                        running: false,
                         delay: VERIFY_AGAIN_INITIAL,
                         output: String::new(),
                     },
@@ -1585,6 +1590,7 @@ impl Core {
                 let at = v.next_at?;
                 (at <= now.mono).then(|| {
                     v.next_at = None;
+                    v.running = true;
                     (*id, v.fp, v.deadline.saturating_duration_since(now.mono))
                 })
             })

@@ -1802,3 +1802,33 @@ fn the_generation_kept_to_roll_back_to_is_the_last_verified_one() {
         Some((PathBuf::from("/pub/..g3"), Keep::Published))
     );
 }
+
+#[test]
+fn a_verify_still_running_at_its_timeout_is_killed_with_its_group_and_its_output_kept() {
+    let mut f = Fake::verified();
+    f.apply_verified(2);
+    let verify = f.job("verify");
+    let c = f.at_deadline();
+    assert_eq!(f.elapsed, Duration::from_secs(5), "verify_timeout");
+    assert!(
+        c.contains(&Command::Signal {
+            pid: verify,
+            group: true,
+            signo: KILL
+        }),
+        "{c:?}"
+    );
+    assert!(rollback_asked(&c).is_none(), "decided once it is gone");
+    assert_eq!(f.core.deadline(), None, "nothing is due until it exits");
+    let c = f.exit_with_output(
+        verify,
+        ExitStatus::Signal(KILL),
+        "connecting to 10.0.0.7:5432",
+    );
+    assert_eq!(rollback_asked(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    let output = f.core.status().watches[0].check_output.clone();
+    assert!(
+        output.contains("connecting to 10.0.0.7:5432") && output.contains("did not pass within 5s"),
+        "{output}"
+    );
+}
