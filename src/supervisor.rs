@@ -132,7 +132,7 @@ impl Supervisor {
         let mut core = Core::new(settings, &config.watches);
         for (i, r) in restored.iter().enumerate() {
             if let Some(r) = r {
-                core.restore(WatchId(i), &r.generation);
+                core.restore(WatchId(i), r);
             }
         }
         Ok(Supervisor {

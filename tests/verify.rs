@@ -91,6 +91,89 @@ fn a_config_that_passes_its_check_but_fails_verify_is_rolled_back() {
     assert_eq!(tend.context_switches(), before, "tend woke up while idle");
 }
 
+/// The service's start lines since the last restart of tend.
+fn starts_since(sb: &Sandbox, earlier: usize) -> Vec<String> {
+    sb.log("service start")[earlier..].to_vec()
+}
+
+/// A container restart: tend is stopped, and started again with the
+/// `publish` directory as it left it (an emptyDir outlives the container).
+fn restart_tend(sb: &Sandbox, tend: &mut Tend, cfg: &Path) -> Tend {
+    if tend.is_running() {
+        tend.signal(Signal::SIGTERM);
+    }
+    tend.wait(secs(10.0));
+    fs::remove_file(sb.path("status.json")).unwrap();
+    sb.tend().config(cfg).start()
+}
+
+#[test]
+fn a_restarted_tend_does_not_apply_again_a_config_it_rolled_back() {
+    let sb = Sandbox::new();
+    let vol = sb.path("vol");
+    project(&vol, &[("app.conf", "good 1")]);
+    let cfg = config(&sb, "verify_timeout = \"1s\"");
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    project(&vol, &[("app.conf", "good but broken 2")]);
+    let status = sb.wait_state("invalid_config", secs(10.0));
+    assert_eq!(status["watches"][0]["result"], "rolled_back");
+
+    let before = sb.log("service start").len();
+    let mut tend = restart_tend(&sb, &mut tend, &cfg);
+    let status = sb.wait_state("invalid_config", secs(10.0));
+    assert_eq!(status["watches"][0]["result"], "rolled_back", "{status}");
+    assert!(status["service"]["pid"].is_number(), "{status}");
+    let starts = sb.wait_log("service start", before + 1, secs(10.0));
+    assert!(starts[before].ends_with(" config=good 1"), "{starts:?}");
+    assert_eq!(
+        fs::read_to_string(sb.path("pub/app.conf")).unwrap(),
+        "good 1"
+    );
+    assert!(!sb.is_ready());
+
+    // Other content is applied (and verified) as usual.
+    let hups = sb.seen_on("SIGHUP").len();
+    project(&vol, &[("app.conf", "good 3")]);
+    sb.wait_log("service sig SIGHUP", hups + 1, secs(10.0));
+    assert_eq!(sb.seen_on("SIGHUP")[hups], "good 3");
+    let status = sb.wait_state("ready", secs(10.0));
+    assert_eq!(status["watches"][0]["result"], "applied");
+    assert_eq!(starts_since(&sb, before).len(), 1);
+    tend.signal(Signal::SIGTERM);
+    assert_eq!(tend.wait(secs(10.0)), 0);
+}
+
+/// The service crashes while a change is verified (`restart = "never"`:
+/// tend exits, the kubelet restarts the container): the restarted tend
+/// starts it on the config before that change, not on the unverified one.
+#[test]
+fn a_tend_stopped_during_a_verify_starts_again_on_the_config_before_it() {
+    let sb = Sandbox::new();
+    let vol = sb.path("vol");
+    project(&vol, &[("app.conf", "good 1")]);
+    let cfg = config(&sb, "verify_timeout = \"30s\"");
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    project(&vol, &[("app.conf", "good but broken 2")]);
+    wait_for("verifying", secs(10.0), || {
+        sb.status()
+            .filter(|s| s["watches"][0]["result"] == "verifying")
+    });
+    svc::kill(&mut tend, Signal::SIGKILL);
+    assert_eq!(tend.wait(secs(10.0)), 128 + 9);
+
+    let before = sb.log("service start").len();
+    let tend = restart_tend(&sb, &mut tend, &cfg);
+    let status = sb.wait_state("invalid_config", secs(10.0));
+    assert_eq!(status["watches"][0]["result"], "rolled_back", "{status}");
+    let starts = sb.wait_log("service start", before + 1, secs(10.0));
+    assert!(starts[before].ends_with(" config=good 1"), "{starts:?}");
+    let err = tend.stderr();
+    assert!(
+        err.contains("tend stopped while a change was verified"),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_verify_that_passes_late_but_in_time_applies_the_change() {
     let sb = Sandbox::new();

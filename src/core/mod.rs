@@ -53,7 +53,7 @@ use crate::process::ExitStatus;
 use crate::signals::{self, Role};
 use crate::status::{ServiceStatus, State, Status, WatchStatus};
 use crate::watch::publish::Keep;
-use crate::watch::{Fingerprint, SnapshotError, WatchId};
+use crate::watch::{Candidate, Fingerprint, Restored, SnapshotError, WatchId};
 use metrics::{CheckOutcome, Metrics};
 use pipeline::{Batch, Observed, Pipeline, Verdict};
 
@@ -100,11 +100,11 @@ pub enum Event {
         chain: Vec<Pid>,
         message: Notification,
     },
-    /// The result of a [`Command::Snapshot`]: the candidate's directory.
+    /// The result of a [`Command::Snapshot`]: the candidate.
     Snapshot {
         watch: WatchId,
         fingerprint: Fingerprint,
-        result: Result<PathBuf, SnapshotError>,
+        result: Result<Candidate, SnapshotError>,
     },
     /// The result of a [`Command::Publish`], with the generation it
     /// replaced when that was kept.
@@ -483,9 +483,17 @@ impl Core {
     /// An earlier tend published `generation` for watch `id`: the service
     /// may start on it while the watch's newest content is rejected. Called
     /// before the first event.
-    pub fn restore(&mut self, id: WatchId, generation: &str) {
+    pub fn restore(&mut self, id: WatchId, restored: &Restored) {
+        let (watch, generation) = (self.pipeline.name(id), &restored.generation);
+        if restored.rolled_back {
+            tracing::warn!(
+                watch,
+                generation,
+                "tend stopped while a change was verified: put the generation before it back"
+            );
+        }
         tracing::info!(
-            watch = self.pipeline.name(id),
+            watch,
             generation,
             "found the generation published before: the service can start on it"
         );
@@ -1612,17 +1620,27 @@ impl Core {
         &mut self,
         id: WatchId,
         fp: Fingerprint,
-        result: Result<PathBuf, SnapshotError>,
+        result: Result<Candidate, SnapshotError>,
         now: Now,
     ) {
         let name = self.pipeline.name(id).to_string();
         let wanted = self.pipeline_runs() && self.pipeline.is_checking(id, fp);
         let candidate = match result {
-            Ok(candidate) if wanted => candidate,
-            Ok(candidate) => {
+            Ok(c) if wanted && !c.rejected => c.dir,
+            Ok(c) => {
+                if wanted {
+                    tracing::warn!(
+                        watch = name,
+                        fingerprint = fp.short(),
+                        "this config was rolled back before tend started (its verify failed, or \
+                         was cut short when tend stopped): the previous one stays until the \
+                         config changes"
+                    );
+                    self.pipeline.rolled_back_before(id, fp);
+                }
                 self.out.push(Command::Discard {
                     watch: id,
-                    candidate,
+                    candidate: c.dir,
                 });
                 return;
             }

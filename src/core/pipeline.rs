@@ -746,6 +746,23 @@ impl Pipeline {
         }
     }
 
+    /// The content `fp`, being checked, is the one an earlier tend rolled
+    /// back: it stays rejected until it changes, like one rolled back now.
+    pub fn rolled_back_before(&mut self, id: WatchId, fp: Fingerprint) {
+        let e = &mut self.entries[id.0];
+        if e.stage != Stage::Checking(fp) {
+            return;
+        }
+        e.stage = Stage::Idle;
+        e.result = WatchResult::RolledBack;
+        e.good = false;
+        e.check_output = "[tend: this config was rolled back before tend started: its verify \
+                          failed, or was cut short when tend stopped; it is not applied again \
+                          until it changes]"
+            .to_string();
+        self.outcomes.push((id, false));
+    }
+
     /// How long until watch `id`'s failed action is tried again.
     pub fn retry_in(&self, id: WatchId, now: Instant) -> Option<Duration> {
         match self.entries[id.0].stage {

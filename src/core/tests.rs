@@ -1127,6 +1127,13 @@ fn with_invalid_config_ready_a_rejected_change_keeps_tend_ready() {
 const PUBLISHED: &str = "[service]\nrestart = \"on-failure\"\n[[watch]]\nname = \"app\"\npaths = [\"/a\"]\n\
                          publish = \"/pub\"\ncheck = [\"check\", \"{candidate}/app.conf\"]\non_change = \"signal\"\n";
 
+fn restored(generation: &str) -> Restored {
+    Restored {
+        generation: generation.into(),
+        rolled_back: false,
+    }
+}
+
 fn snapshot_asked(commands: &[Command]) -> Option<Fingerprint> {
     commands.iter().find_map(|c| match c {
         Command::Snapshot { fingerprint, .. } => Some(*fingerprint),
@@ -1153,7 +1160,10 @@ impl Fake {
         self.send(Event::Snapshot {
             watch: WatchId(0),
             fingerprint: test_fingerprint(n),
-            result: result.map(PathBuf::from),
+            result: result.map(|dir| Candidate {
+                dir: PathBuf::from(dir),
+                rejected: false,
+            }),
         })
     }
 
@@ -1246,7 +1256,7 @@ fn with_publish_a_crash_during_an_invalid_config_restarts_on_the_published_copy(
 #[test]
 fn a_generation_published_before_starts_the_service_once_the_mount_is_rejected() {
     let mut f = Fake::new(PUBLISHED);
-    f.core.restore(WatchId(0), "..g0");
+    f.core.restore(WatchId(0), &restored("..g0"));
     f.tick();
     let c = f.candidate(1, "/pub/..g1", FAIL);
     assert_eq!(
@@ -1271,7 +1281,7 @@ fn a_generation_published_before_starts_the_service_once_the_mount_is_rejected()
 #[test]
 fn a_generation_published_before_waits_for_the_mounts_verdict() {
     let mut f = Fake::new(PUBLISHED);
-    f.core.restore(WatchId(0), "..g0");
+    f.core.restore(WatchId(0), &restored("..g0"));
     f.tick();
     let c = f.candidate(1, "/pub/..g1", OK);
     assert!(spawns(&c).is_empty(), "a valid mount is published first");
@@ -1831,4 +1841,33 @@ fn a_verify_still_running_at_its_timeout_is_killed_with_its_group_and_its_output
         output.contains("connecting to 10.0.0.7:5432") && output.contains("did not pass within 5s"),
         "{output}"
     );
+}
+
+#[test]
+fn content_an_earlier_tend_rolled_back_is_not_applied_again_until_it_changes() {
+    let mut f = Fake::new(VERIFIED);
+    f.core.restore(WatchId(0), &restored("..g0"));
+    f.tick();
+    f.content(0, 2);
+    let c = f.send(Event::Snapshot {
+        watch: WatchId(0),
+        fingerprint: test_fingerprint(2),
+        result: Ok(Candidate {
+            dir: PathBuf::from("/pub/..g2"),
+            rejected: true,
+        }),
+    });
+    assert_eq!(discarded(&c).as_deref(), Some(Path::new("/pub/..g2")));
+    assert_eq!(f.jobs("check"), 0, "not even checked");
+    assert_eq!(spawns(&c), [SpawnKind::Service], "started on ..g0");
+    assert_eq!(f.result(0), WatchResult::RolledBack);
+    assert_eq!(f.state(), (State::InvalidConfig, false));
+    assert!(f.last_reload_failed());
+    assert_eq!(f.core.deadline(), None);
+    // Other content is applied and verified as usual.
+    let c = f.candidate(3, "/pub/..g3", OK);
+    assert!(published(&c).is_some());
+    let c = f.published_over(3, Ok(()), Some("/pub/..g0"));
+    assert_eq!(signalled(&c, f.service()), [Signal::SIGHUP as i32]);
+    assert_eq!(f.result(0), WatchResult::Verifying);
 }

@@ -129,7 +129,7 @@ pub enum Done {
     Snapshot {
         watch: WatchId,
         fingerprint: Fingerprint,
-        result: Result<PathBuf, SnapshotError>,
+        result: Result<Candidate, SnapshotError>,
     },
     Published {
         watch: WatchId,
@@ -142,6 +142,15 @@ pub enum Done {
         fingerprint: Fingerprint,
         result: Result<(), String>,
     },
+}
+
+/// A candidate generation, copied from the watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    pub dir: PathBuf,
+    /// It is the content an earlier tend rolled back (its verify failed,
+    /// or was cut short): it is not applied again until it changes.
+    pub rejected: bool,
 }
 
 /// Why there is no candidate.
@@ -209,6 +218,7 @@ impl Handle {
                 .iter()
                 .map(|w| w.publish.as_ref().map(|p| cwd.join(p)))
                 .collect(),
+            first: vec![true; watches.len()],
             paths: books.paths().map(<[PathBuf]>::to_vec).collect(),
             books,
             inotify,
@@ -286,6 +296,9 @@ struct Worker {
     paths: Vec<Vec<PathBuf>>,
     /// Each watch's `publish` directory (absolute).
     publish: Vec<Option<PathBuf>>,
+    /// Watches not snapshotted yet: their first candidate is compared with
+    /// what an earlier tend rolled back.
+    first: Vec<bool>,
     inotify: Option<Inotify>,
     mount_table: Option<File>,
     key: HashKey,
@@ -436,9 +449,9 @@ impl Worker {
                 }
                 Request::Rollback(id, fp, generation) => {
                     let result = match &self.publish[id.0] {
-                        Some(dir) => publish::publish(dir, &generation, &publish::Keep::Nothing)
-                            .map(drop)
-                            .map_err(|e| e.to_string()),
+                        Some(dir) => {
+                            publish::roll_back(dir, &generation).map_err(|e| e.to_string())
+                        }
                         None => Err("the watch has no `publish` directory".into()),
                     };
                     self.finished(Done::RolledBack {
@@ -462,7 +475,7 @@ impl Worker {
     /// scan that fingerprints it: the candidate holds exactly the content
     /// whose fingerprint is `fp`, or there is none. The scan counts as any
     /// scan of the watch.
-    fn snapshot(&mut self, id: WatchId, fp: Fingerprint) -> Result<PathBuf, SnapshotError> {
+    fn snapshot(&mut self, id: WatchId, fp: Fingerprint) -> Result<Candidate, SnapshotError> {
         let Some(dir) = self.publish[id.0].clone() else {
             return Err(SnapshotError::Failed(
                 "the watch has no `publish` directory".into(),
@@ -489,7 +502,20 @@ impl Worker {
         let result = match copied {
             Err(e) => Err(SnapshotError::Failed(e)),
             Ok(()) if !same => Err(SnapshotError::Changed),
-            Ok(()) => return Ok(candidate),
+            Ok(()) => {
+                let first = std::mem::replace(&mut self.first[id.0], false);
+                let rejected = first
+                    && publish::was_rejected(&dir, &candidate).unwrap_or_else(|e| {
+                        tracing::warn!(
+                            "cannot tell whether the config was rolled back before: {e}"
+                        );
+                        false
+                    });
+                return Ok(Candidate {
+                    dir: candidate,
+                    rejected,
+                });
+            }
         };
         if let Err(e) = publish::discard(&dir, &candidate) {
             tracing::warn!("cannot remove an unusable candidate: {e}");
