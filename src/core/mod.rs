@@ -602,6 +602,7 @@ impl Core {
             self.pipeline.recheck_deadline().filter(|_| watching),
             self.pipeline.splay_deadline().filter(|_| watching),
             self.pipeline.retry_deadline().filter(|_| acting),
+            self.pipeline.reverify_deadline().filter(|_| watching),
         ]
         .into_iter()
         .flatten()
@@ -1371,11 +1372,12 @@ impl Core {
                 .map(|(id, _)| *id)
                 .collect();
             for id in overdue {
-                self.verify_timed_out(id);
+                self.verify_timed_out(id, now);
             }
             // A start never waits: a service that is down reads every
             // checked change at once.
             let down = matches!(self.phase, Phase::Starting | Phase::WaitingForConfig);
+            self.pipeline.reverifies_due(now.mono);
             for (id, fp) in self.pipeline.splays_due(now.mono, down) {
                 self.publish(id, fp);
             }
@@ -1540,12 +1542,12 @@ impl Core {
             }
         );
         if now.mono >= v.deadline {
-            self.verify_timed_out(id);
+            self.verify_timed_out(id, now);
         }
     }
 
     /// `verify` of watch `id` did not pass within `verify_timeout`.
-    fn verify_timed_out(&mut self, id: WatchId) {
+    fn verify_timed_out(&mut self, id: WatchId, now: Now) {
         let Some(v) = self.verifications.remove(&id) else {
             return;
         };
@@ -1554,7 +1556,7 @@ impl Core {
         let tail = crate::text::for_log(&v.output);
         let mut output = v.output;
         output.push_str(&format!("\n[tend: verify did not pass within {timeout:?}]"));
-        match self.pipeline.verify_failed(id, v.fp, output) {
+        match self.pipeline.verify_failed(id, v.fp, output, now.mono) {
             Some(generation) => {
                 tracing::error!(
                     watch = name,
@@ -1569,7 +1571,8 @@ impl Core {
             None => tracing::error!(
                 watch = name,
                 "verify did not pass within {timeout:?}: the action failed; without `publish` \
-                 there is no previous config to roll back to{tail}"
+                 there is no previous config to roll back to; verifying again in {:?}{tail}",
+                self.pipeline.reverify_in(id, now.mono).unwrap_or_default()
             ),
         }
     }

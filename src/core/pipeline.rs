@@ -62,6 +62,9 @@ enum Stage {
     Verifying(Fingerprint),
     /// `verify` failed: the previous generation is being put back.
     RollingBack(Fingerprint),
+    /// `verify` failed without a generation to go back to: it runs again
+    /// then (the failure may have been transient).
+    ReverifyAt(Fingerprint, Instant),
     /// The action failed; try it again then.
     RetryAt(Fingerprint, Instant),
     /// The check failed; check the same content again then.
@@ -397,6 +400,7 @@ impl Pipeline {
             | Stage::Splaying(..)
             | Stage::Valid(_)
             | Stage::RetryAt(..)
+            | Stage::ReverifyAt(..)
             | Stage::RecheckAt(..) => {
                 e.stage = Stage::NeedsCheck;
                 e.action_at = None;
@@ -674,6 +678,8 @@ impl Pipeline {
             return None;
         }
         e.check_output = output;
+        e.good = true;
+        e.retry_delay = RETRY_INITIAL;
         self.outcomes.push((id, true));
         if e.seen == Some(fp) {
             e.result = WatchResult::Applied;
@@ -687,12 +693,14 @@ impl Pipeline {
 
     /// `verify` did not pass in time for `fp` (its last `output`). Returns
     /// the generation to put back, when there is one (with `publish`);
-    /// otherwise the action failed, and the content stays as it is.
+    /// otherwise the action failed, the content stays as it is, and verify
+    /// runs again after a growing back-off ([`Pipeline::reverify_in`]).
     pub fn verify_failed(
         &mut self,
         id: WatchId,
         fp: Fingerprint,
         output: String,
+        now: Instant,
     ) -> Option<PathBuf> {
         let e = &mut self.entries[id.0];
         if e.stage != Stage::Verifying(fp) {
@@ -708,11 +716,33 @@ impl Pipeline {
         }
         e.result = WatchResult::ActionFailed;
         e.stage = if e.seen == Some(fp) {
-            Stage::Idle
+            let at = now + e.retry_delay;
+            e.retry_delay = (e.retry_delay * 2).min(RETRY_MAX);
+            Stage::ReverifyAt(fp, at)
         } else {
             Stage::NeedsCheck
         };
         None
+    }
+
+    /// How long until watch `id`'s failed verify runs again.
+    pub fn reverify_in(&self, id: WatchId, now: Instant) -> Option<Duration> {
+        match self.entries[id.0].stage {
+            Stage::ReverifyAt(_, at) => Some(at.saturating_duration_since(now)),
+            _ => None,
+        }
+    }
+
+    /// Failed verifies whose time to run again has come are verifying again.
+    pub fn reverifies_due(&mut self, now: Instant) {
+        for e in &mut self.entries {
+            if let Stage::ReverifyAt(fp, at) = e.stage
+                && at <= now
+            {
+                e.stage = Stage::Verifying(fp);
+                e.result = WatchResult::Verifying;
+            }
+        }
     }
 
     /// The previous generation is published again (`ok`), or could not be
@@ -788,6 +818,17 @@ impl Pipeline {
             .iter()
             .filter_map(|e| match e.stage {
                 Stage::RetryAt(_, at) => Some(at),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// When a failed verify next runs again.
+    pub fn reverify_deadline(&self) -> Option<Instant> {
+        self.entries
+            .iter()
+            .filter_map(|e| match e.stage {
+                Stage::ReverifyAt(_, at) => Some(at),
                 _ => None,
             })
             .min()

@@ -1493,6 +1493,22 @@ fn without_publish_a_failed_verify_is_an_action_failure() {
     assert!(rollback_asked(&c).is_none());
     assert_eq!(f.result(0), WatchResult::ActionFailed);
     assert!(!f.state().1);
+    // The failure may have been transient: verify runs again after a
+    // growing back-off (not the action), until it passes.
+    let verifies = f.jobs("verify");
+    let at = f.elapsed;
+    f.at_deadline();
+    assert_eq!(f.elapsed - at, Duration::from_secs(1));
+    assert_eq!(f.jobs("verify"), verifies + 1);
+    let (_, c) = f.fail_verify_until_its_time_is_up("no");
+    assert!(signalled(&c, f.service()).is_empty());
+    let at = f.elapsed;
+    f.at_deadline();
+    assert_eq!(f.elapsed - at, Duration::from_secs(2));
+    f.exit(f.job("verify"), OK);
+    assert_eq!(f.result(0), WatchResult::Applied);
+    assert_eq!(f.state(), (State::Ready, true));
+    assert_eq!(f.core.deadline(), None);
 }
 
 const SPLAYED: &str = "[[watch]]\nname = \"app\"\npaths = [\"/a\"]\ncheck = [\"check\"]\non_change = \"signal\"\n\
