@@ -810,6 +810,7 @@ impl Core {
         }
         match self.phase {
             Phase::Running(inst) => {
+                self.verifications_cut_short(status, now);
                 let uptime = now.mono.saturating_duration_since(inst.since);
                 // Stopped by tend because it never became ready: a failure,
                 // whatever its exit code.
@@ -1548,19 +1549,51 @@ impl Core {
 
     /// `verify` of watch `id` did not pass within `verify_timeout`.
     fn verify_timed_out(&mut self, id: WatchId, now: Now) {
+        let timeout = self.watches[id.0].verify_timeout;
+        self.verify_failed(id, format!("verify did not pass within {timeout:?}"), now);
+    }
+
+    /// The service exited on its own while changes were verified: with a
+    /// generation to go back to, they failed (the likeliest reason for the
+    /// exit is the change). Without one, verify goes on.
+    fn verifications_cut_short(&mut self, status: ExitStatus, now: Now) {
+        let ids: Vec<WatchId> = self
+            .verifications
+            .keys()
+            .copied()
+            .filter(|id| self.pipeline.kept(*id).is_some())
+            .collect();
+        for id in ids {
+            if let Some(j) = self
+                .jobs
+                .iter_mut()
+                .find(|j| matches!(j.role, JobRole::Verify(w, _) if w == id))
+            {
+                // Its result no longer matters.
+                j.timed_out = true;
+                let pid = j.pid;
+                self.signal_group(pid, Signal::SIGKILL as i32);
+            }
+            let why = format!("the service exited while the change was verified ({status})");
+            self.verify_failed(id, why, now);
+        }
+    }
+
+    /// The `verify` of watch `id` failed, `why`: roll back, or verify again
+    /// later.
+    fn verify_failed(&mut self, id: WatchId, why: String, now: Now) {
         let Some(v) = self.verifications.remove(&id) else {
             return;
         };
         let name = self.pipeline.name(id).to_string();
-        let timeout = self.watches[id.0].verify_timeout;
         let tail = crate::text::for_log(&v.output);
         let mut output = v.output;
-        output.push_str(&format!("\n[tend: verify did not pass within {timeout:?}]"));
+        output.push_str(&format!("\n[tend: {why}]"));
         match self.pipeline.verify_failed(id, v.fp, output, now.mono) {
             Some(generation) => {
                 tracing::error!(
                     watch = name,
-                    "verify did not pass within {timeout:?}: rolling back to the previous config{tail}"
+                    "{why}: rolling back to the previous config{tail}"
                 );
                 self.out.push(Command::Rollback {
                     watch: id,
@@ -1570,8 +1603,8 @@ impl Core {
             }
             None => tracing::error!(
                 watch = name,
-                "verify did not pass within {timeout:?}: the action failed; without `publish` \
-                 there is no previous config to roll back to; verifying again in {:?}{tail}",
+                "{why}: the action failed; without `publish` there is no previous config to \
+                 roll back to; verifying again in {:?}{tail}",
                 self.pipeline.reverify_in(id, now.mono).unwrap_or_default()
             ),
         }

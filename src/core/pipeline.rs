@@ -172,6 +172,10 @@ const SNAPSHOT_AGAIN: Duration = Duration::from_millis(250);
 
 impl Entry {
     fn startable(&self) -> bool {
+        if matches!(self.stage, Stage::RollingBack(_)) {
+            // It starts on the generation being put back, once it is.
+            return false;
+        }
         let passed = self.seen.is_some() && self.passed == self.seen;
         if !self.publish {
             return passed;

@@ -1887,3 +1887,38 @@ fn content_an_earlier_tend_rolled_back_is_not_applied_again_until_it_changes() {
     assert_eq!(signalled(&c, f.service()), [Signal::SIGHUP as i32]);
     assert_eq!(f.result(0), WatchResult::Verifying);
 }
+
+#[test]
+fn a_service_that_exits_during_verify_is_rolled_back_at_once_and_restarted_on_the_previous_config()
+{
+    let toml = verified_toml("restart = \"always\"", "on_change = \"signal\"", "");
+    let mut f = Fake::verified_with(&toml);
+    f.apply_verified(2);
+    let verify = f.job("verify");
+    let c = f.exit(f.service(), ExitStatus::Signal(Signal::SIGSEGV as i32));
+    assert_eq!(rollback_asked(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    assert!(
+        c.contains(&Command::Signal {
+            pid: verify,
+            group: true,
+            signo: KILL
+        }),
+        "{c:?}"
+    );
+    assert_eq!(f.result(0), WatchResult::RolledBack);
+    let output = f.core.status().watches[0].check_output.clone();
+    assert!(
+        output.contains("the service exited while the change was verified"),
+        "{output}"
+    );
+    // Not restarted before the previous generation is back.
+    f.at_deadline();
+    assert_eq!(f.services().len(), 1);
+    let c = f.rolled_back(2);
+    assert_eq!(spawns(&c), [SpawnKind::Service]);
+    assert_eq!(f.result(0), WatchResult::RolledBack);
+    assert_eq!(f.state(), (State::InvalidConfig, false));
+    f.exit(verify, ExitStatus::Signal(KILL));
+    assert_eq!(f.jobs("verify"), 1);
+    assert_eq!(f.core.deadline(), None);
+}

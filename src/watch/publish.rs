@@ -93,9 +93,7 @@ pub fn prepare(dir: &Path, verify: bool) -> io::Result<Option<Restored>> {
         // Stopped while the current generation was verified: it did not
         // pass, so the one before it goes back, and the current one is
         // not published again until the content changes.
-        let rejection = Rejection::of(&dir.join(&current))?;
-        publish(dir, &dir.join(&previous), &Keep::Nothing)?;
-        rejection.record(dir)?;
+        put_back(dir, &dir.join(&current), &dir.join(&previous))?;
         return Ok(Some(Restored {
             generation: previous.to_string_lossy().into_owned(),
             rolled_back: true,
@@ -190,6 +188,14 @@ pub enum Keep {
 /// [`create_generation`] in `dir`), then removes every other generation but
 /// the one to `keep`, which is returned when it is there.
 pub fn publish(dir: &Path, generation: &Path, keep: &Keep) -> io::Result<Option<PathBuf>> {
+    let previous = swap(dir, generation, keep)?;
+    // What is published now was not rejected.
+    remove(&dir.join(REJECTED))?;
+    Ok(previous)
+}
+
+/// [`publish`], but for what was recorded as rejected.
+fn swap(dir: &Path, generation: &Path, keep: &Keep) -> io::Result<Option<PathBuf>> {
     let name = generation_name(dir, generation)?;
     let previous = match keep {
         Keep::Nothing => None,
@@ -197,18 +203,17 @@ pub fn publish(dir: &Path, generation: &Path, keep: &Keep) -> io::Result<Option<
         Keep::Generation(g) => Some(generation_name(dir, g)?.to_os_string()).filter(|_| g.is_dir()),
     }
     .filter(|p| p != name);
-    // Named before the swap: a tend stopped after it knows what to go back to.
-    match &previous {
-        Some(p) => relink(dir, &dir.join(PREVIOUS), Path::new(p))?,
-        None => remove(&dir.join(PREVIOUS))?,
+    // Named before the swap: a tend stopped after it knows what to go back
+    // to. (Without one to keep, `..previous` goes once the swap is done, by
+    // `tidy`: a rollback stopped before it is done again.)
+    if let Some(p) = &previous {
+        relink(dir, &dir.join(PREVIOUS), Path::new(p))?;
     }
     let tmp = dir.join(DATA_TMP);
     remove(&tmp)?;
     symlink(name, &tmp).map_err(|e| with_path(e, "cannot create", &tmp))?;
     fs::rename(&tmp, dir.join(DATA))
         .map_err(|e| with_path(e, "cannot rename over", &dir.join(DATA)))?;
-    // What is published now was not rejected.
-    remove(&dir.join(REJECTED))?;
     tidy(dir, generation, previous.as_deref())?;
     Ok(previous.map(|p| dir.join(p)))
 }
@@ -216,14 +221,17 @@ pub fn publish(dir: &Path, generation: &Path, keep: &Keep) -> io::Result<Option<
 /// Publishes `generation`, kept by [`publish`], again: the content
 /// published now failed verify, and is recorded as rejected.
 pub fn roll_back(dir: &Path, generation: &Path) -> io::Result<()> {
-    let rejected = published(dir)
-        .map(|p| Rejection::of(&dir.join(p)))
-        .transpose()?;
-    publish(dir, generation, &Keep::Nothing)?;
-    if let Some(r) = rejected {
-        r.record(dir)?;
+    match published(dir) {
+        Some(current) => put_back(dir, &dir.join(current), generation),
+        None => swap(dir, generation, &Keep::Nothing).map(drop),
     }
-    Ok(())
+}
+
+/// Records `rejected` as such, then publishes `previous` again. In this
+/// order, a tend stopped in between finds `..previous` and does it again.
+fn put_back(dir: &Path, rejected: &Path, previous: &Path) -> io::Result<()> {
+    Rejection::of(rejected)?.record(dir)?;
+    swap(dir, previous, &Keep::Nothing).map(drop)
 }
 
 /// Whether the content of `candidate` is the one recorded as rejected.
