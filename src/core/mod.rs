@@ -1424,9 +1424,6 @@ impl Core {
         if !self.pipeline_runs() {
             return;
         }
-        for (id, fp) in self.pipeline.checks_to_start() {
-            self.start_check(id, fp, now);
-        }
         if let Some((pid, at)) = self.ready_check_at
             && at <= now.mono
             && !self.ready_check_running()
@@ -1438,16 +1435,25 @@ impl Core {
                 Pending::Job(JobRole::ReadyCheck(pid), self.settings.ready_timeout),
             );
         }
-        match self.phase {
-            Phase::Starting | Phase::WaitingForConfig if self.pipeline.startable() => {
-                self.start_service();
+        loop {
+            for (id, fp) in self.pipeline.checks_to_start() {
+                self.start_check(id, fp, now);
             }
-            Phase::Running(i) if i.stop.is_none() && self.reload.is_none() => {
-                if let Some(batch) = self.pipeline.take_batch(now.mono) {
-                    self.apply(batch, now);
+            match self.phase {
+                Phase::Starting | Phase::WaitingForConfig if self.pipeline.startable() => {
+                    self.start_service();
                 }
+                Phase::Running(i) if i.stop.is_none() && self.reload.is_none() => {
+                    if let Some(batch) = self.pipeline.take_batch(now.mono) {
+                        self.apply(batch, now);
+                        // An action done at once (a signal) may leave newer
+                        // content that waited for it (a rollback's) to check.
+                        continue;
+                    }
+                }
+                _ => {}
             }
-            _ => {}
+            break;
         }
         // After the actions: one applied just now is verified at once.
         self.run_verifications(now);

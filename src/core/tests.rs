@@ -1922,3 +1922,25 @@ fn a_service_that_exits_during_verify_is_rolled_back_at_once_and_restarted_on_th
     assert_eq!(f.jobs("verify"), 1);
     assert_eq!(f.core.deadline(), None);
 }
+
+#[test]
+fn a_change_during_verify_or_rollback_is_checked_once_they_are_done() {
+    let mut f = Fake::verified();
+    f.apply_verified(2);
+    assert!(snapshot_asked(&f.content(0, 3)).is_none(), "verify first");
+    let c = f.exit(f.job("verify"), OK);
+    assert_eq!(discarded(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    assert_eq!(snapshot_asked(&c), Some(test_fingerprint(3)));
+    f.snapshot(3, Ok("/pub/..g3"));
+    f.exit(f.job("check"), OK);
+    f.published_over(3, Ok(()), Some("/pub/..g2"));
+    let (_, c) = f.fail_verify_until_its_time_is_up("HTTP 502");
+    assert_eq!(rollback_asked(&c).as_deref(), Some(Path::new("/pub/..g2")));
+    assert!(
+        snapshot_asked(&f.content(0, 4)).is_none(),
+        "the rollback first"
+    );
+    let c = f.rolled_back(3);
+    assert_eq!(signalled(&c, f.service()), [Signal::SIGHUP as i32]);
+    assert_eq!(snapshot_asked(&c), Some(test_fingerprint(4)));
+}
