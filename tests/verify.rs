@@ -16,11 +16,20 @@ use nix::sys::signal::Signal;
 /// published config is not "broken" (as a health request would find), and
 /// sends SIGHUP.
 fn config(sb: &Sandbox, extra: &str) -> PathBuf {
+    let verify = sh(&format!(
+        "if grep broken {}/app.conf; then echo 'HTTP 502 from /healthz'; exit 1; fi",
+        sb.path("pub").display()
+    ));
+    config_verifying(sb, &verify, extra)
+}
+
+/// [`config`] with this `verify` (a TOML array).
+fn config_verifying(sb: &Sandbox, verify: &str, extra: &str) -> PathBuf {
     let published = sb.path("pub");
     sb.config(&format!(
         "[service]\ncommand = {}\n{}\n\
          [[watch]]\nname = \"app\"\npaths = [{:?}]\npublish = {:?}\n\
-         check = {}\non_change = \"signal\"\nverify = {}\n{extra}\n",
+         check = {}\non_change = \"signal\"\nverify = {verify}\n{extra}\n",
         sb.service_toml(&[
             "--config",
             &published.join("app.conf").display().to_string()
@@ -29,10 +38,6 @@ fn config(sb: &Sandbox, extra: &str) -> PathBuf {
         sb.path("vol").display().to_string(),
         published.display().to_string(),
         sh("grep good \"$TEND_CANDIDATE/app.conf\""),
-        sh(&format!(
-            "if grep broken {}/app.conf; then echo 'HTTP 502 from /healthz'; exit 1; fi",
-            published.display()
-        )),
     ))
 }
 
@@ -174,6 +179,43 @@ fn a_tend_stopped_during_a_verify_starts_again_on_the_config_before_it() {
     );
 }
 
+/// A verify that hangs, and leaves a child behind in its process group,
+/// does not delay a stop, and nothing of it outlives tend.
+#[test]
+fn sigterm_during_a_hanging_verify_stops_at_once_and_kills_its_group() {
+    let sb = Sandbox::new();
+    let vol = sb.path("vol");
+    project(&vol, &[("app.conf", "good 1")]);
+    // Unique to this test: its own processes are found by it.
+    let hang = format!("999.{}", std::process::id());
+    let verify = sh(&format!("sleep {hang} & sleep {hang}"));
+    let cfg = config_verifying(&sb, &verify, "verify_timeout = \"60s\"");
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    project(&vol, &[("app.conf", "good 2")]);
+    wait_for("verifying", secs(10.0), || {
+        sb.status()
+            .filter(|s| s["watches"][0]["result"] == "verifying")
+    });
+    let hanging = || {
+        fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                fs::read(e.path().join("cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&hang))
+            })
+            .count()
+    };
+    wait_for("the verify's two sleeps", secs(10.0), || {
+        (hanging() >= 2).then_some(())
+    });
+    let stop = Instant::now();
+    tend.signal(Signal::SIGTERM);
+    assert_eq!(tend.wait(secs(5.0)), 0);
+    assert!(stop.elapsed() < secs(2.0), "{:?}", stop.elapsed());
+    assert_eq!(hanging(), 0, "the verify's process group is gone");
+}
+
 #[test]
 fn a_verify_that_passes_late_but_in_time_applies_the_change() {
     let sb = Sandbox::new();
@@ -265,6 +307,17 @@ fn splay_spreads_one_change_across_replicas_and_never_delays_a_stop() {
     assert!(
         spread > secs(0.3),
         "the replicas applied the change together: {spread:?}"
+    );
+    // No timer is left once the wait is over.
+    let status = replicas[1].wait_state("ready", secs(10.0));
+    assert!(status["watches"][0]["action_at"].is_null(), "{status}");
+    std::thread::sleep(secs(0.5));
+    let before = tends[1].context_switches();
+    std::thread::sleep(secs(1.5));
+    assert_eq!(
+        tends[1].context_switches(),
+        before,
+        "tend woke up while idle"
     );
 
     // A change waiting for its splay does not delay a stop.
