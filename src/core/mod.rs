@@ -1555,21 +1555,29 @@ impl Core {
 
     /// `verify` of watch `id` did not pass within `verify_timeout`.
     fn verify_timed_out(&mut self, id: WatchId, now: Now) {
+        let Some(fp) = self.verifications.get(&id).map(|v| v.fp) else {
+            return;
+        };
         let timeout = self.watches[id.0].verify_timeout;
-        self.verify_failed(id, format!("verify did not pass within {timeout:?}"), now);
+        self.verify_failed(
+            id,
+            fp,
+            format!("verify did not pass within {timeout:?}"),
+            now,
+        );
     }
 
     /// The service exited on its own while changes were verified: with a
     /// generation to go back to, they failed (the likeliest reason for the
     /// exit is the change). Without one, verify goes on.
     fn verifications_cut_short(&mut self, status: ExitStatus, now: Now) {
-        let ids: Vec<WatchId> = self
-            .verifications
-            .keys()
-            .copied()
-            .filter(|id| self.pipeline.kept(*id).is_some())
+        let ids: Vec<(WatchId, Fingerprint)> = self
+            .pipeline
+            .verifying()
+            .into_iter()
+            .filter(|(id, _)| self.pipeline.kept(*id).is_some())
             .collect();
-        for id in ids {
+        for (id, fp) in ids {
             if let Some(j) = self
                 .jobs
                 .iter_mut()
@@ -1581,21 +1589,22 @@ impl Core {
                 self.signal_group(pid, Signal::SIGKILL as i32);
             }
             let why = format!("the service exited while the change was verified ({status})");
-            self.verify_failed(id, why, now);
+            self.verify_failed(id, fp, why, now);
         }
     }
 
-    /// The `verify` of watch `id` failed, `why`: roll back, or verify again
-    /// later.
-    fn verify_failed(&mut self, id: WatchId, why: String, now: Now) {
-        let Some(v) = self.verifications.remove(&id) else {
-            return;
-        };
+    /// The `verify` of `fp` for watch `id` failed, `why`: roll back, or
+    /// verify again later.
+    fn verify_failed(&mut self, id: WatchId, fp: Fingerprint, why: String, now: Now) {
+        let mut output = self
+            .verifications
+            .remove(&id)
+            .map(|v| v.output)
+            .unwrap_or_default();
         let name = self.pipeline.name(id).to_string();
-        let tail = crate::text::for_log(&v.output);
-        let mut output = v.output;
+        let tail = crate::text::for_log(&output);
         output.push_str(&format!("\n[tend: {why}]"));
-        match self.pipeline.verify_failed(id, v.fp, output, now.mono) {
+        match self.pipeline.verify_failed(id, fp, output, now.mono) {
             Some(generation) => {
                 tracing::error!(
                     watch = name,
@@ -1603,7 +1612,7 @@ impl Core {
                 );
                 self.out.push(Command::Rollback {
                     watch: id,
-                    fingerprint: v.fp,
+                    fingerprint: fp,
                     generation,
                 });
             }
@@ -1616,10 +1625,13 @@ impl Core {
         }
     }
 
-    /// Starts and runs again the `verify` of every watch that needs it.
+    /// Starts and runs again the `verify` of every watch that needs it. A
+    /// verify starts once the service serves (a restarted service is ready):
+    /// its time counts from then.
     fn run_verifications(&mut self, now: Now) {
+        let serving = matches!(self.phase, Phase::Running(i) if i.ready && i.stop.is_none());
         for (id, fp) in self.pipeline.verifying() {
-            if self.verifications.get(&id).is_none_or(|v| v.fp != fp) {
+            if serving && self.verifications.get(&id).is_none_or(|v| v.fp != fp) {
                 self.verifications.insert(
                     id,
                     Verification {

@@ -1944,3 +1944,68 @@ fn a_change_during_verify_or_rollback_is_checked_once_they_are_done() {
     assert_eq!(signalled(&c, f.service()), [Signal::SIGHUP as i32]);
     assert_eq!(snapshot_asked(&c), Some(test_fingerprint(4)));
 }
+
+#[test]
+fn a_restarted_service_is_verified_once_it_is_ready() {
+    let toml = verified_toml("restart = \"always\"", "on_change = \"restart\"", "");
+    let mut f = Fake::custom(&toml, true, |s| {
+        s.notify = true;
+        s.ready_timeout = Duration::from_secs(60);
+    });
+    f.tick();
+    f.candidate(1, "/pub/..g1", OK);
+    f.publication(1, Ok(()));
+    let first = f.service();
+    notify(&mut f, first, "READY=1");
+    assert_eq!(f.state(), (State::Ready, true));
+    f.candidate(2, "/pub/..g2", OK);
+    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    f.exit(first, ExitStatus::Signal(TERM));
+    let second = f.service();
+    assert_ne!(first, second);
+    assert_eq!(f.jobs("verify"), 0, "not before the new instance is ready");
+    // It takes longer to start than verify_timeout (5 s).
+    f.after(20.0);
+    assert!(rollback_asked(&f.tick()).is_none());
+    notify(&mut f, second, "READY=1");
+    assert_eq!(f.jobs("verify"), 1);
+    let c = f.exit(f.job("verify"), OK);
+    assert_eq!(discarded(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    assert_eq!(f.result(0), WatchResult::Applied);
+    assert_eq!(f.state(), (State::Ready, true));
+}
+
+#[test]
+fn a_restarted_service_that_never_becomes_ready_is_rolled_back() {
+    let toml = verified_toml("restart = \"always\"", "on_change = \"restart\"", "");
+    let mut f = Fake::custom(&toml, true, |s| {
+        s.notify = true;
+        s.ready_timeout = Duration::from_secs(60);
+    });
+    f.tick();
+    f.candidate(1, "/pub/..g1", OK);
+    f.publication(1, Ok(()));
+    let first = f.service();
+    notify(&mut f, first, "READY=1");
+    f.candidate(2, "/pub/..g2", OK);
+    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    f.exit(first, ExitStatus::Signal(TERM));
+    let second = f.service();
+    // Not ready within ready_timeout: stopped, and that fails the change.
+    let c = f.at_deadline();
+    assert_eq!(signalled(&c, second)[0], TERM);
+    let c = f.exit(second, ExitStatus::Signal(TERM));
+    assert_eq!(rollback_asked(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    assert_eq!(f.result(0), WatchResult::RolledBack);
+    f.rolled_back(2);
+    f.at_deadline();
+    assert_eq!(
+        f.services().len(),
+        3,
+        "started again, on the previous config"
+    );
+    let third = f.service();
+    notify(&mut f, third, "READY=1");
+    assert_eq!(f.state(), (State::InvalidConfig, false));
+    assert_eq!(f.jobs("verify"), 0);
+}
