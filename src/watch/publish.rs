@@ -60,8 +60,8 @@ pub struct Restored {
 /// an earlier tend left half done (candidates, temporary links), and returns
 /// the generation an earlier tend published, if there is one (an emptyDir
 /// outlives the container). With `verify`, a change whose verify was cut
-/// short is rolled back and counts as rejected (otherwise what records
-/// verifies is dropped). A directory that holds files tend did not put
+/// short is rolled back and counts as rejected; without it, what recorded
+/// verifies is dropped. A directory that holds files tend did not put
 /// there is an error: tend never deletes what it did not write.
 pub fn prepare(dir: &Path, verify: bool) -> io::Result<Option<Restored>> {
     fs::DirBuilder::new()
