@@ -436,7 +436,7 @@ fn create_dirs(dir: &Path) -> io::Result<()> {
 }
 
 /// 64 random bits for a temporary file's name.
-fn random_u64() -> io::Result<u64> {
+pub(crate) fn random_u64() -> io::Result<u64> {
     let mut bytes = [0u8; 8];
     // GRND_NONBLOCK: PID 1 must not wait for the entropy pool (possible only
     // early at boot); the write fails instead and is retried.

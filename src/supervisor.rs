@@ -133,7 +133,7 @@ impl Supervisor {
         let mut core = Core::new(settings, &config.watches);
         for (i, r) in restored.iter().enumerate() {
             if let Some(r) = r {
-                core.restore(WatchId(i), &r.generation);
+                core.restore(WatchId(i), r);
             }
         }
         Ok(Supervisor {
@@ -201,13 +201,13 @@ impl Supervisor {
                     watch,
                     fingerprint,
                     candidate,
-                    keep_previous,
+                    keep,
                 } => {
                     self.watcher.ask(Request::Publish {
                         watch,
                         fingerprint,
                         candidate,
-                        keep_previous,
+                        keep,
                     });
                     None
                 }

@@ -16,11 +16,20 @@ use nix::sys::signal::Signal;
 /// published config is not "broken" (as a health request would find), and
 /// sends SIGHUP.
 fn config(sb: &Sandbox, extra: &str) -> PathBuf {
+    let verify = sh(&format!(
+        "if grep broken {}/app.conf; then echo 'HTTP 502 from /healthz'; exit 1; fi",
+        sb.path("pub").display()
+    ));
+    config_verifying(sb, &verify, extra)
+}
+
+/// [`config`] with this `verify` (a TOML array).
+fn config_verifying(sb: &Sandbox, verify: &str, extra: &str) -> PathBuf {
     let published = sb.path("pub");
     sb.config(&format!(
         "[service]\ncommand = {}\n{}\n\
          [[watch]]\nname = \"app\"\npaths = [{:?}]\npublish = {:?}\n\
-         check = {}\non_change = \"signal\"\nverify = {}\n{extra}\n",
+         check = {}\non_change = \"signal\"\nverify = {verify}\n{extra}\n",
         sb.service_toml(&[
             "--config",
             &published.join("app.conf").display().to_string()
@@ -29,10 +38,6 @@ fn config(sb: &Sandbox, extra: &str) -> PathBuf {
         sb.path("vol").display().to_string(),
         published.display().to_string(),
         sh("grep good \"$TEND_CANDIDATE/app.conf\""),
-        sh(&format!(
-            "if grep broken {}/app.conf; then echo 'HTTP 502 from /healthz'; exit 1; fi",
-            published.display()
-        )),
     ))
 }
 
@@ -89,6 +94,126 @@ fn a_config_that_passes_its_check_but_fails_verify_is_rolled_back() {
     let before = tend.context_switches();
     std::thread::sleep(secs(1.5));
     assert_eq!(tend.context_switches(), before, "tend woke up while idle");
+}
+
+/// The service's start lines since the last restart of tend.
+fn starts_since(sb: &Sandbox, earlier: usize) -> Vec<String> {
+    sb.log("service start")[earlier..].to_vec()
+}
+
+/// A container restart: tend is stopped, and started again with the
+/// `publish` directory as it left it (an emptyDir outlives the container).
+fn restart_tend(sb: &Sandbox, tend: &mut Tend, cfg: &Path) -> Tend {
+    if tend.is_running() {
+        tend.signal(Signal::SIGTERM);
+    }
+    tend.wait(secs(10.0));
+    fs::remove_file(sb.path("status.json")).unwrap();
+    sb.tend().config(cfg).start()
+}
+
+#[test]
+fn a_restarted_tend_does_not_apply_again_a_config_it_rolled_back() {
+    let sb = Sandbox::new();
+    let vol = sb.path("vol");
+    project(&vol, &[("app.conf", "good 1")]);
+    let cfg = config(&sb, "verify_timeout = \"1s\"");
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    project(&vol, &[("app.conf", "good but broken 2")]);
+    let status = sb.wait_state("invalid_config", secs(10.0));
+    assert_eq!(status["watches"][0]["result"], "rolled_back");
+
+    let before = sb.log("service start").len();
+    let mut tend = restart_tend(&sb, &mut tend, &cfg);
+    let status = sb.wait_state("invalid_config", secs(10.0));
+    assert_eq!(status["watches"][0]["result"], "rolled_back", "{status}");
+    assert!(status["service"]["pid"].is_number(), "{status}");
+    let starts = sb.wait_log("service start", before + 1, secs(10.0));
+    assert!(starts[before].ends_with(" config=good 1"), "{starts:?}");
+    assert_eq!(
+        fs::read_to_string(sb.path("pub/app.conf")).unwrap(),
+        "good 1"
+    );
+    assert!(!sb.is_ready());
+
+    // Other content is applied (and verified) as usual.
+    let hups = sb.seen_on("SIGHUP").len();
+    project(&vol, &[("app.conf", "good 3")]);
+    sb.wait_log("service sig SIGHUP", hups + 1, secs(10.0));
+    assert_eq!(sb.seen_on("SIGHUP")[hups], "good 3");
+    let status = sb.wait_state("ready", secs(10.0));
+    assert_eq!(status["watches"][0]["result"], "applied");
+    assert_eq!(starts_since(&sb, before).len(), 1);
+    tend.signal(Signal::SIGTERM);
+    assert_eq!(tend.wait(secs(10.0)), 0);
+}
+
+/// The container is killed while a change is verified (a liveness probe,
+/// the OOM killer): the restarted tend starts the service on the config
+/// before that change, not on the unverified one.
+#[test]
+fn a_tend_stopped_during_a_verify_starts_again_on_the_config_before_it() {
+    let sb = Sandbox::new();
+    let vol = sb.path("vol");
+    project(&vol, &[("app.conf", "good 1")]);
+    let cfg = config(&sb, "verify_timeout = \"30s\"");
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    project(&vol, &[("app.conf", "good but broken 2")]);
+    wait_for("verifying", secs(10.0), || {
+        sb.status()
+            .filter(|s| s["watches"][0]["result"] == "verifying")
+    });
+    tend.signal(Signal::SIGKILL);
+    tend.wait(secs(10.0));
+
+    let before = sb.log("service start").len();
+    let tend = restart_tend(&sb, &mut tend, &cfg);
+    let status = sb.wait_state("invalid_config", secs(10.0));
+    assert_eq!(status["watches"][0]["result"], "rolled_back", "{status}");
+    let starts = sb.wait_log("service start", before + 1, secs(10.0));
+    assert!(starts[before].ends_with(" config=good 1"), "{starts:?}");
+    let err = tend.stderr();
+    assert!(
+        err.contains("tend stopped while a change was verified"),
+        "{err}"
+    );
+}
+
+/// A verify that hangs, and leaves a child behind in its process group,
+/// does not delay a stop, and nothing of it outlives tend.
+#[test]
+fn sigterm_during_a_hanging_verify_stops_at_once_and_kills_its_group() {
+    let sb = Sandbox::new();
+    let vol = sb.path("vol");
+    project(&vol, &[("app.conf", "good 1")]);
+    // Unique to this test: its own processes are found by it.
+    let hang = format!("999.{}", std::process::id());
+    let verify = sh(&format!("sleep {hang} & sleep {hang}"));
+    let cfg = config_verifying(&sb, &verify, "verify_timeout = \"60s\"");
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    project(&vol, &[("app.conf", "good 2")]);
+    wait_for("verifying", secs(10.0), || {
+        sb.status()
+            .filter(|s| s["watches"][0]["result"] == "verifying")
+    });
+    let hanging = || {
+        fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                fs::read(e.path().join("cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&hang))
+            })
+            .count()
+    };
+    wait_for("the verify's two sleeps", secs(10.0), || {
+        (hanging() >= 2).then_some(())
+    });
+    let stop = Instant::now();
+    tend.signal(Signal::SIGTERM);
+    assert_eq!(tend.wait(secs(5.0)), 0);
+    assert!(stop.elapsed() < secs(2.0), "{:?}", stop.elapsed());
+    assert_eq!(hanging(), 0, "the verify's process group is gone");
 }
 
 #[test]
@@ -182,6 +307,17 @@ fn splay_spreads_one_change_across_replicas_and_never_delays_a_stop() {
     assert!(
         spread > secs(0.3),
         "the replicas applied the change together: {spread:?}"
+    );
+    // No timer is left once the wait is over.
+    let status = replicas[1].wait_state("ready", secs(10.0));
+    assert!(status["watches"][0]["action_at"].is_null(), "{status}");
+    std::thread::sleep(secs(0.5));
+    let before = tends[1].context_switches();
+    std::thread::sleep(secs(1.5));
+    assert_eq!(
+        tends[1].context_switches(),
+        before,
+        "tend woke up while idle"
     );
 
     // A change waiting for its splay does not delay a stop.

@@ -52,7 +52,8 @@ use crate::config::{self, Action, Restart};
 use crate::process::ExitStatus;
 use crate::signals::{self, Role};
 use crate::status::{ServiceStatus, State, Status, WatchStatus};
-use crate::watch::{Fingerprint, Report, SnapshotError, WatchId};
+use crate::watch::publish::Keep;
+use crate::watch::{Candidate, Fingerprint, Report, Restored, SnapshotError, WatchId};
 use metrics::{CheckOutcome, Metrics};
 use pipeline::{Batch, Observed, Pipeline, Verdict};
 
@@ -99,11 +100,11 @@ pub enum Event {
         chain: Vec<Pid>,
         message: Notification,
     },
-    /// The result of a [`Command::Snapshot`]: the candidate's directory.
+    /// The result of a [`Command::Snapshot`]: the candidate.
     Snapshot {
         watch: WatchId,
         fingerprint: Fingerprint,
-        result: Result<PathBuf, SnapshotError>,
+        result: Result<Candidate, SnapshotError>,
     },
     /// The result of a [`Command::Publish`], with the generation it
     /// replaced when that was kept.
@@ -183,14 +184,13 @@ pub enum Command {
         watch: WatchId,
         fingerprint: Fingerprint,
     },
-    /// Make this candidate the published generation (keeping the one it
-    /// replaces, to roll back to, when asked); answered by
-    /// [`Event::Published`].
+    /// Make this candidate the published generation, keeping one other
+    /// to roll back to when asked; answered by [`Event::Published`].
     Publish {
         watch: WatchId,
         fingerprint: Fingerprint,
         candidate: PathBuf,
-        keep_previous: bool,
+        keep: Keep,
     },
     /// Publish this earlier generation again: `verify` failed for the
     /// content `fingerprint`. Answered by [`Event::RolledBack`].
@@ -381,8 +381,11 @@ struct Verification {
     fp: Fingerprint,
     /// Not passed by then: failed.
     deadline: Instant,
-    /// When it runs next (None while it runs).
+    /// When it runs next.
     next_at: Option<Instant>,
+    /// A run is in flight: it is killed at `deadline` (its own timeout),
+    /// and what it printed until then is the output the failure shows.
+    running: bool,
     delay: Duration,
     output: String,
 }
@@ -469,9 +472,17 @@ impl Core {
     /// An earlier tend published `generation` for watch `id`: the service
     /// may start on it while the watch's newest content is rejected. Called
     /// before the first event.
-    pub fn restore(&mut self, id: WatchId, generation: &str) {
+    pub fn restore(&mut self, id: WatchId, restored: &Restored) {
+        let (watch, generation) = (self.pipeline.name(id), &restored.generation);
+        if restored.rolled_back {
+            tracing::warn!(
+                watch,
+                generation,
+                "tend stopped while a change was verified: put the generation before it back"
+            );
+        }
         tracing::info!(
-            watch = self.pipeline.name(id),
+            watch,
             generation,
             "found the generation published before: the service can start on it"
         );
@@ -567,7 +578,7 @@ impl Core {
         let verifying = self
             .verifications
             .values()
-            .flat_map(|v| [Some(v.deadline), v.next_at])
+            .flat_map(|v| [(!v.running).then_some(v.deadline), v.next_at])
             .flatten()
             .min()
             .filter(|_| watching);
@@ -580,6 +591,7 @@ impl Core {
             self.pipeline.recheck_deadline().filter(|_| watching),
             self.pipeline.splay_deadline().filter(|_| watching),
             self.pipeline.retry_deadline().filter(|_| acting),
+            self.pipeline.reverify_deadline().filter(|_| watching),
         ]
         .into_iter()
         .flatten()
@@ -787,6 +799,7 @@ impl Core {
         }
         match self.phase {
             Phase::Running(inst) => {
+                self.verifications_cut_short(status, now);
                 let uptime = now.mono.saturating_duration_since(inst.since);
                 // Stopped by tend because it never became ready: a failure,
                 // whatever its exit code.
@@ -808,7 +821,7 @@ impl Core {
                 );
                 self.phase = Phase::Running(new);
                 self.finish_acting(true, now);
-                self.pipeline.started();
+                self.started();
             }
             _ => unreachable!("current pids exist only in the phases above"),
         }
@@ -1116,7 +1129,7 @@ impl Core {
                         }
                     }
                     _ => {
-                        self.pipeline.started();
+                        self.started();
                         self.phase = Phase::Running(new);
                     }
                 }
@@ -1361,13 +1374,17 @@ impl Core {
             let overdue: Vec<WatchId> = self
                 .verifications
                 .iter()
-                .filter(|(_, v)| now.mono >= v.deadline)
+                .filter(|(_, v)| !v.running && now.mono >= v.deadline)
                 .map(|(id, _)| *id)
                 .collect();
             for id in overdue {
                 self.verify_timed_out(id, now);
             }
-            for (id, fp) in self.pipeline.splays_due(now.mono) {
+            // A start never waits: a service that is down reads every
+            // checked change at once.
+            let down = matches!(self.phase, Phase::Starting | Phase::WaitingForConfig);
+            self.pipeline.reverifies_due(now.mono);
+            for (id, fp) in self.pipeline.splays_due(now.mono, down) {
                 self.publish(id, fp);
             }
             for id in self.pipeline.rechecks_due(now.mono) {
@@ -1378,6 +1395,13 @@ impl Core {
                     );
                 }
             }
+        }
+    }
+
+    /// A service instance started (or took over): see [`Pipeline::started`].
+    fn started(&mut self) {
+        for (watch, candidate) in self.pipeline.started() {
+            self.out.push(Command::Discard { watch, candidate });
         }
     }
 
@@ -1405,9 +1429,6 @@ impl Core {
         if !self.pipeline_runs() {
             return;
         }
-        for (id, fp) in self.pipeline.checks_to_start() {
-            self.start_check(id, fp, now);
-        }
         if let Some((pid, at)) = self.ready_check_at
             && at <= now.mono
             && !self.ready_check_running()
@@ -1419,16 +1440,25 @@ impl Core {
                 Pending::Job(JobRole::ReadyCheck(pid), self.settings.ready_timeout),
             );
         }
-        match self.phase {
-            Phase::Starting | Phase::WaitingForConfig if self.pipeline.startable() => {
-                self.start_service();
+        loop {
+            for (id, fp) in self.pipeline.checks_to_start() {
+                self.start_check(id, fp, now);
             }
-            Phase::Running(i) if i.stop.is_none() && self.reload.is_none() => {
-                if let Some(batch) = self.pipeline.take_batch(now.mono) {
-                    self.apply(batch, now);
+            match self.phase {
+                Phase::Starting | Phase::WaitingForConfig if self.pipeline.startable() => {
+                    self.start_service();
                 }
+                Phase::Running(i) if i.stop.is_none() && self.reload.is_none() => {
+                    if let Some(batch) = self.pipeline.take_batch(now.mono) {
+                        self.apply(batch, now);
+                        // An action done at once (a signal) may leave newer
+                        // content that waited for it (a rollback's) to check.
+                        continue;
+                    }
+                }
+                _ => {}
             }
-            _ => {}
+            break;
         }
         // After the actions: one applied just now is verified at once.
         self.run_verifications(now);
@@ -1506,7 +1536,7 @@ impl Core {
             }
             return;
         }
-        tracing::debug!(watch = name, "verify failed ({describe}); running it again");
+        v.running = false;
         v.output = output;
         v.next_at = Some(now.mono + v.delay);
         v.delay = (v.delay * 2).min(VERIFY_AGAIN_MAX);
@@ -1514,59 +1544,106 @@ impl Core {
             // No time for another run: it has failed at its deadline.
             v.next_at = None;
         }
+        tracing::debug!(
+            watch = name,
+            "verify failed ({describe}){}",
+            if v.next_at.is_some() {
+                "; running it again"
+            } else {
+                ""
+            }
+        );
+        if now.mono >= v.deadline {
+            self.verify_timed_out(id, now);
+        }
     }
 
     /// `verify` of watch `id` did not pass within `verify_timeout`.
     fn verify_timed_out(&mut self, id: WatchId, now: Now) {
-        let Some(v) = self.verifications.remove(&id) else {
+        let Some(fp) = self.verifications.get(&id).map(|v| v.fp) else {
             return;
         };
-        if let Some(j) = self
-            .jobs
-            .iter_mut()
-            .find(|j| matches!(j.role, JobRole::Verify(w, _) if w == id))
-        {
-            // Its result no longer matters.
-            j.timed_out = true;
-            let pid = j.pid;
-            self.signal_group(pid, Signal::SIGKILL as i32);
-        }
-        let name = self.pipeline.name(id).to_string();
         let timeout = self.watches[id.0].verify_timeout;
-        let tail = crate::text::for_log(&v.output);
-        let mut output = v.output;
-        output.push_str(&format!("\n[tend: verify did not pass within {timeout:?}]"));
-        match self.pipeline.verify_failed(id, v.fp, output) {
+        self.verify_failed(
+            id,
+            fp,
+            format!("verify did not pass within {timeout:?}"),
+            now,
+        );
+    }
+
+    /// The service exited on its own while changes were verified: with a
+    /// generation to go back to, they failed (the likeliest reason for the
+    /// exit is the change). Without one, verify goes on.
+    fn verifications_cut_short(&mut self, status: ExitStatus, now: Now) {
+        let ids: Vec<(WatchId, Fingerprint)> = self
+            .pipeline
+            .verifying()
+            .into_iter()
+            .filter(|(id, _)| self.pipeline.kept(*id).is_some())
+            .collect();
+        for (id, fp) in ids {
+            if let Some(j) = self
+                .jobs
+                .iter_mut()
+                .find(|j| matches!(j.role, JobRole::Verify(w, _) if w == id))
+            {
+                // Its result no longer matters.
+                j.timed_out = true;
+                let pid = j.pid;
+                self.signal_group(pid, Signal::SIGKILL as i32);
+            }
+            let why = format!("the service exited while the change was verified ({status})");
+            self.verify_failed(id, fp, why, now);
+        }
+    }
+
+    /// The `verify` of `fp` for watch `id` failed, `why`: roll back, or
+    /// verify again later.
+    fn verify_failed(&mut self, id: WatchId, fp: Fingerprint, why: String, now: Now) {
+        let mut output = self
+            .verifications
+            .remove(&id)
+            .map(|v| v.output)
+            .unwrap_or_default();
+        let name = self.pipeline.name(id).to_string();
+        let tail = crate::text::for_log(&output);
+        output.push_str(&format!("\n[tend: {why}]"));
+        match self.pipeline.verify_failed(id, fp, output, now.mono) {
             Some(generation) => {
                 tracing::error!(
                     watch = name,
-                    "verify did not pass within {timeout:?}: rolling back to the previous config{tail}"
+                    "{why}: rolling back to the previous config{tail}"
                 );
                 self.out.push(Command::Rollback {
                     watch: id,
-                    fingerprint: v.fp,
+                    fingerprint: fp,
                     generation,
                 });
             }
             None => tracing::error!(
                 watch = name,
-                "verify did not pass within {timeout:?}: the action failed; without `publish` \
-                 there is no previous config to roll back to{tail}"
+                "{why}: the action failed; without `publish` there is no previous config to \
+                 roll back to; verifying again in {:?}{tail}",
+                self.pipeline.reverify_in(id, now.mono).unwrap_or_default()
             ),
         }
-        let _ = now;
     }
 
-    /// Starts and runs again the `verify` of every watch that needs it.
+    /// Starts and runs again the `verify` of every watch that needs it. A
+    /// verify starts once the service serves (a restarted service is ready):
+    /// its time counts from then.
     fn run_verifications(&mut self, now: Now) {
+        let serving = matches!(self.phase, Phase::Running(i) if i.ready && i.stop.is_none());
         for (id, fp) in self.pipeline.verifying() {
-            if self.verifications.get(&id).is_none_or(|v| v.fp != fp) {
+            if serving && self.verifications.get(&id).is_none_or(|v| v.fp != fp) {
                 self.verifications.insert(
                     id,
                     Verification {
                         fp,
                         deadline: now.mono + self.watches[id.0].verify_timeout,
                         next_at: Some(now.mono),
+                        running: false,
                         delay: VERIFY_AGAIN_INITIAL,
                         output: String::new(),
                     },
@@ -1580,6 +1657,7 @@ impl Core {
                 let at = v.next_at?;
                 (at <= now.mono).then(|| {
                     v.next_at = None;
+                    v.running = true;
                     (*id, v.fp, v.deadline.saturating_duration_since(now.mono))
                 })
             })
@@ -1601,17 +1679,27 @@ impl Core {
         &mut self,
         id: WatchId,
         fp: Fingerprint,
-        result: Result<PathBuf, SnapshotError>,
+        result: Result<Candidate, SnapshotError>,
         now: Now,
     ) {
         let name = self.pipeline.name(id).to_string();
         let wanted = self.pipeline_runs() && self.pipeline.is_checking(id, fp);
         let candidate = match result {
-            Ok(candidate) if wanted => candidate,
-            Ok(candidate) => {
+            Ok(c) if wanted && !c.rejected => c.dir,
+            Ok(c) => {
+                if wanted {
+                    tracing::warn!(
+                        watch = name,
+                        fingerprint = fp.short(),
+                        "this config was rolled back before tend started (its verify failed, or \
+                         was cut short when tend stopped): the previous one stays until the \
+                         config changes"
+                    );
+                    self.pipeline.rolled_back_before(id, fp);
+                }
                 self.out.push(Command::Discard {
                     watch: id,
-                    candidate,
+                    candidate: c.dir,
                 });
                 return;
             }
@@ -1661,15 +1749,22 @@ impl Core {
         }
     }
 
-    /// Publishes the candidate of `fp` of watch `id`, if it has one. The
-    /// generation it replaces is kept when an action will be verified.
+    /// Publishes the candidate of `fp` of watch `id`, if it has one. When
+    /// an action will be verified, the generation to roll back to is kept:
+    /// the one it replaces, or, while that one was not verified, the one
+    /// still kept from before it.
     fn publish(&mut self, id: WatchId, fp: Fingerprint) {
         if let Some(candidate) = self.pipeline.take_candidate(id) {
+            let keep = match (&self.watches[id.0].verify, self.pipeline.kept(id)) {
+                (None, _) => Keep::Nothing,
+                (Some(_), None) => Keep::Published,
+                (Some(_), Some(dir)) => Keep::Generation(dir),
+            };
             self.out.push(Command::Publish {
                 watch: id,
                 fingerprint: fp,
                 candidate,
-                keep_previous: self.watches[id.0].verify.is_some(),
+                keep,
             });
         }
     }

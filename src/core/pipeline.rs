@@ -62,6 +62,9 @@ enum Stage {
     Verifying(Fingerprint),
     /// `verify` failed: the previous generation is being put back.
     RollingBack(Fingerprint),
+    /// `verify` failed without a generation to go back to: it runs again
+    /// then (the failure may have been transient).
+    ReverifyAt(Fingerprint, Instant),
     /// The action failed; try it again then.
     RetryAt(Fingerprint, Instant),
     /// The check failed; check the same content again then.
@@ -169,6 +172,10 @@ const SNAPSHOT_AGAIN: Duration = Duration::from_millis(250);
 
 impl Entry {
     fn startable(&self) -> bool {
+        if matches!(self.stage, Stage::RollingBack(_)) {
+            // It starts on the generation being put back, once it is.
+            return false;
+        }
         let passed = self.seen.is_some() && self.passed == self.seen;
         if !self.publish {
             return passed;
@@ -317,13 +324,13 @@ impl Pipeline {
         }
     }
 
-    /// The splay waits that are over: those watches move on (to
-    /// publishing, returned, or to their action).
-    pub fn splays_due(&mut self, now: Instant) -> Vec<(WatchId, Fingerprint)> {
+    /// The splay waits that are over (every one, with `all`): those
+    /// watches move on (to publishing, returned, or to their action).
+    pub fn splays_due(&mut self, now: Instant, all: bool) -> Vec<(WatchId, Fingerprint)> {
         let mut publish = Vec::new();
         for (i, e) in self.entries.iter_mut().enumerate() {
             if let Stage::Splaying(fp, at) = e.stage
-                && at <= now
+                && (all || at <= now)
             {
                 e.action_at = None;
                 if e.publish {
@@ -355,7 +362,12 @@ impl Pipeline {
         if e.stage != Stage::Publishing(fp) {
             return false;
         }
-        e.previous = previous.zip(e.published);
+        e.previous = match (previous, e.previous.take()) {
+            // Still the one kept from before (what replaced it was not
+            // verified).
+            (Some(dir), Some((kept, what))) if dir == kept => Some((kept, what)),
+            (previous, _) => previous.zip(e.published),
+        };
         e.published = Some(Published::Now(fp));
         e.passed = Some(fp);
         e.recheck_delay = e.recheck;
@@ -363,6 +375,14 @@ impl Pipeline {
         // copy it reads changed. The newer content is checked after.
         e.stage = Stage::Valid(fp);
         true
+    }
+
+    /// The generation kept to roll back to, if one is.
+    pub fn kept(&self, id: WatchId) -> Option<PathBuf> {
+        self.entries[id.0]
+            .previous
+            .as_ref()
+            .map(|(dir, _)| dir.clone())
     }
 
     /// Records the newest content of a watch.
@@ -383,12 +403,15 @@ impl Pipeline {
             | Stage::Acting(_)
             | Stage::Verifying(_)
             | Stage::RollingBack(_) => {}
+            // The service goes back to the previous generation first.
+            Stage::Valid(_) | Stage::RetryAt(..) if e.reapplying => {}
             // The newer content wins over a change still waiting.
             Stage::Idle
             | Stage::NeedsCheck
             | Stage::Splaying(..)
             | Stage::Valid(_)
             | Stage::RetryAt(..)
+            | Stage::ReverifyAt(..)
             | Stage::RecheckAt(..) => {
                 e.stage = Stage::NeedsCheck;
                 e.action_at = None;
@@ -494,8 +517,11 @@ impl Pipeline {
 
     /// The service started: it reads every watch's newest content that
     /// passed its check (the published copy, with `publish`), so every
-    /// pending action for that content is done.
-    pub fn started(&mut self) {
+    /// pending action for that content is done. Returns the generations
+    /// kept to roll back to that are no longer needed: a start is not
+    /// verified, and what it runs is the base of the next change.
+    pub fn started(&mut self) -> Vec<(WatchId, PathBuf)> {
+        let mut unkept = Vec::new();
         for (i, e) in self.entries.iter_mut().enumerate() {
             let read = if e.publish {
                 match e.published {
@@ -506,15 +532,17 @@ impl Pipeline {
                 e.seen
             };
             if e.reapplying
-                && matches!(
-                    e.stage,
-                    Stage::Valid(_) | Stage::Acting(_) | Stage::RetryAt(..)
-                )
+                && let Stage::Valid(fp) | Stage::Acting(fp) | Stage::RetryAt(fp, _) = e.stage
             {
                 // It started on the generation put back: that was the point.
                 e.reapplying = false;
-                e.stage = Stage::Idle;
                 e.retry_delay = RETRY_INITIAL;
+                if e.seen == Some(fp) {
+                    e.result = WatchResult::RolledBack;
+                    e.stage = Stage::Idle;
+                } else {
+                    e.stage = Stage::NeedsCheck;
+                }
                 continue;
             }
             if let Stage::Valid(fp)
@@ -526,6 +554,9 @@ impl Pipeline {
                 e.action_at = None;
                 e.stage = Stage::Idle;
                 e.retry_delay = RETRY_INITIAL;
+                if let Some((dir, _)) = e.previous.take() {
+                    unkept.push((WatchId(i), dir));
+                }
             }
             if e.stage == Stage::Idle && e.passed.is_some() && e.passed == e.seen {
                 if e.result != WatchResult::Applied {
@@ -535,6 +566,7 @@ impl Pipeline {
                 e.good = true;
             }
         }
+        unkept
     }
 
     /// The actions to apply now, if any: every watch whose config passed its
@@ -600,22 +632,28 @@ impl Pipeline {
             // seen, and is not applied again until it changes.
             e.reapplying = false;
             e.retry_delay = RETRY_INITIAL;
-            e.stage = if superseded {
-                Stage::NeedsCheck
+            if superseded {
+                e.stage = Stage::NeedsCheck;
             } else {
-                Stage::Idle
-            };
+                // Also after a failed try at putting it back.
+                e.result = WatchResult::RolledBack;
+                e.stage = Stage::Idle;
+            }
         } else if ok {
-            if !e.verify || superseded {
+            // With `publish`, content applied is verified even when newer
+            // content waits: the generation kept to roll back to must be
+            // one that passed its verify.
+            let verify = e.verify && (e.publish || !superseded);
+            if !verify {
                 self.outcomes.push((id, true));
             }
             e.good = true;
             e.retry_delay = RETRY_INITIAL;
-            if superseded {
-                e.stage = Stage::NeedsCheck;
-            } else if e.verify {
+            if verify {
                 e.stage = Stage::Verifying(fp);
                 e.result = WatchResult::Verifying;
+            } else if superseded {
+                e.stage = Stage::NeedsCheck;
             } else {
                 e.stage = Stage::Idle;
                 e.result = WatchResult::Applied;
@@ -653,24 +691,29 @@ impl Pipeline {
             return None;
         }
         e.check_output = output;
-        e.result = WatchResult::Applied;
+        e.good = true;
+        e.retry_delay = RETRY_INITIAL;
         self.outcomes.push((id, true));
-        e.stage = if e.seen == Some(fp) {
-            Stage::Idle
+        if e.seen == Some(fp) {
+            e.result = WatchResult::Applied;
+            e.stage = Stage::Idle;
         } else {
-            Stage::NeedsCheck
-        };
+            e.result = WatchResult::Pending;
+            e.stage = Stage::NeedsCheck;
+        }
         e.previous.take().map(|(dir, _)| dir)
     }
 
     /// `verify` did not pass in time for `fp` (its last `output`). Returns
     /// the generation to put back, when there is one (with `publish`);
-    /// otherwise the action failed, and the content stays as it is.
+    /// otherwise the action failed, the content stays as it is, and verify
+    /// runs again after a growing back-off ([`Pipeline::reverify_in`]).
     pub fn verify_failed(
         &mut self,
         id: WatchId,
         fp: Fingerprint,
         output: String,
+        now: Instant,
     ) -> Option<PathBuf> {
         let e = &mut self.entries[id.0];
         if e.stage != Stage::Verifying(fp) {
@@ -686,11 +729,33 @@ impl Pipeline {
         }
         e.result = WatchResult::ActionFailed;
         e.stage = if e.seen == Some(fp) {
-            Stage::Idle
+            let at = now + e.retry_delay;
+            e.retry_delay = (e.retry_delay * 2).min(RETRY_MAX);
+            Stage::ReverifyAt(fp, at)
         } else {
             Stage::NeedsCheck
         };
         None
+    }
+
+    /// How long until watch `id`'s failed verify runs again.
+    pub fn reverify_in(&self, id: WatchId, now: Instant) -> Option<Duration> {
+        match self.entries[id.0].stage {
+            Stage::ReverifyAt(_, at) => Some(at.saturating_duration_since(now)),
+            _ => None,
+        }
+    }
+
+    /// Failed verifies whose time to run again has come are verifying again.
+    pub fn reverifies_due(&mut self, now: Instant) {
+        for e in &mut self.entries {
+            if let Stage::ReverifyAt(fp, at) = e.stage
+                && at <= now
+            {
+                e.stage = Stage::Verifying(fp);
+                e.result = WatchResult::Verifying;
+            }
+        }
     }
 
     /// The previous generation is published again (`ok`), or could not be
@@ -706,6 +771,12 @@ impl Pipeline {
         match result {
             Ok(()) => {
                 e.published = Some(previous);
+                // A start now reads the generation put back: it must not
+                // count as applying the rejected content.
+                e.passed = match previous {
+                    Published::Now(p) => Some(p),
+                    Published::Earlier => None,
+                };
                 e.reapplying = true;
                 e.stage = Stage::Valid(fp);
             }
@@ -716,6 +787,23 @@ impl Pipeline {
                 e.stage = Stage::Idle;
             }
         }
+    }
+
+    /// The content `fp`, being checked, is the one an earlier tend rolled
+    /// back: it stays rejected until it changes, like one rolled back now.
+    pub fn rolled_back_before(&mut self, id: WatchId, fp: Fingerprint) {
+        let e = &mut self.entries[id.0];
+        if e.stage != Stage::Checking(fp) {
+            return;
+        }
+        e.stage = Stage::Idle;
+        e.result = WatchResult::RolledBack;
+        e.good = false;
+        e.check_output = "[tend: this config was rolled back before tend started: its verify \
+                          failed, or was cut short when tend stopped; it is not applied again \
+                          until it changes]"
+            .to_string();
+        self.outcomes.push((id, false));
     }
 
     /// How long until watch `id`'s failed action is tried again.
@@ -743,6 +831,17 @@ impl Pipeline {
             .iter()
             .filter_map(|e| match e.stage {
                 Stage::RetryAt(_, at) => Some(at),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// When a failed verify next runs again.
+    pub fn reverify_deadline(&self) -> Option<Instant> {
+        self.entries
+            .iter()
+            .filter_map(|e| match e.stage {
+                Stage::ReverifyAt(_, at) => Some(at),
                 _ => None,
             })
             .min()

@@ -1161,6 +1161,13 @@ fn with_invalid_config_ready_a_service_down_after_a_crash_is_not_ready() {
 const PUBLISHED: &str = "[service]\nrestart = \"on-failure\"\n[[watch]]\nname = \"app\"\npaths = [\"/a\"]\n\
                          publish = \"/pub\"\ncheck = [\"check\", \"{candidate}/app.conf\"]\non_change = \"signal\"\n";
 
+fn restored(generation: &str) -> Restored {
+    Restored {
+        generation: generation.into(),
+        rolled_back: false,
+    }
+}
+
 fn snapshot_asked(commands: &[Command]) -> Option<Fingerprint> {
     commands.iter().find_map(|c| match c {
         Command::Snapshot { fingerprint, .. } => Some(*fingerprint),
@@ -1187,7 +1194,10 @@ impl Fake {
         self.send(Event::Snapshot {
             watch: WatchId(0),
             fingerprint: test_fingerprint(n),
-            result: result.map(PathBuf::from),
+            result: result.map(|dir| Candidate {
+                dir: PathBuf::from(dir),
+                rejected: false,
+            }),
         })
     }
 
@@ -1280,7 +1290,7 @@ fn with_publish_a_crash_during_an_invalid_config_restarts_on_the_published_copy(
 #[test]
 fn a_generation_published_before_starts_the_service_once_the_mount_is_rejected() {
     let mut f = Fake::new(PUBLISHED);
-    f.core.restore(WatchId(0), "..g0");
+    f.core.restore(WatchId(0), &restored("..g0"));
     f.tick();
     let c = f.candidate(1, "/pub/..g1", FAIL);
     assert_eq!(
@@ -1305,7 +1315,7 @@ fn a_generation_published_before_starts_the_service_once_the_mount_is_rejected()
 #[test]
 fn a_generation_published_before_waits_for_the_mounts_verdict() {
     let mut f = Fake::new(PUBLISHED);
-    f.core.restore(WatchId(0), "..g0");
+    f.core.restore(WatchId(0), &restored("..g0"));
     f.tick();
     let c = f.candidate(1, "/pub/..g1", OK);
     assert!(spawns(&c).is_empty(), "a valid mount is published first");
@@ -1493,7 +1503,7 @@ impl Fake {
                 watch: WatchId(0),
                 fingerprint: test_fingerprint(n),
                 candidate: PathBuf::from(&candidate),
-                keep_previous: true,
+                keep: Keep::Published,
             }),
             "{c:?}"
         );
@@ -1578,6 +1588,22 @@ fn without_publish_a_failed_verify_is_an_action_failure() {
     assert!(rollback_asked(&c).is_none());
     assert_eq!(f.result(0), WatchResult::ActionFailed);
     assert!(!f.state().1);
+    // The failure may have been transient: verify runs again after a
+    // growing back-off (not the action), until it passes.
+    let verifies = f.jobs("verify");
+    let at = f.elapsed;
+    f.at_deadline();
+    assert_eq!(f.elapsed - at, Duration::from_secs(1));
+    assert_eq!(f.jobs("verify"), verifies + 1);
+    let (_, c) = f.fail_verify_until_its_time_is_up("no");
+    assert!(signalled(&c, f.service()).is_empty());
+    let at = f.elapsed;
+    f.at_deadline();
+    assert_eq!(f.elapsed - at, Duration::from_secs(2));
+    f.exit(f.job("verify"), OK);
+    assert_eq!(f.result(0), WatchResult::Applied);
+    assert_eq!(f.state(), (State::Ready, true));
+    assert_eq!(f.core.deadline(), None);
 }
 
 const SPLAYED: &str = "[[watch]]\nname = \"app\"\npaths = [\"/a\"]\ncheck = [\"check\"]\non_change = \"signal\"\n\
@@ -1659,4 +1685,422 @@ fn with_publish_a_change_waiting_for_its_splay_is_not_published_yet() {
     // Newer content replaces the waiting candidate, which is removed.
     let c = f.content(0, 3);
     assert_eq!(discarded(&c).as_deref(), Some(Path::new("/pub/..g2")));
+}
+
+/// A watch with publish and verify (`verify_timeout = "5s"`) and this
+/// `on_change`, under this `[service]`.
+fn verified_toml(service: &str, on_change: &str, extra: &str) -> String {
+    format!(
+        "[service]\n{service}\n[[watch]]\nname = \"app\"\npaths = [\"/a\"]\npublish = \"/pub\"\n\
+         check = [\"check\", \"{{candidate}}/app.conf\"]\n{on_change}\n\
+         verify = [\"verify\"]\nverify_timeout = \"5s\"\n{extra}"
+    )
+}
+
+impl Fake {
+    /// Started on published content 1 with `toml`.
+    fn verified_with(toml: &str) -> Fake {
+        let mut f = Fake::new(toml);
+        f.tick();
+        f.candidate(1, "/pub/..g1", OK);
+        f.publication(1, Ok(()));
+        assert_eq!(f.services().len(), 1);
+        assert_eq!(f.state(), (State::Ready, true));
+        f
+    }
+
+    /// `reloader_last_reload_successful` is 0.
+    fn last_reload_failed(&mut self) -> bool {
+        let status = self.core.status();
+        let page = self.core.metrics().render(&status);
+        page.contains("reloader_last_reload_successful 0")
+    }
+
+    /// The previous generation of content `n` is back.
+    fn rolled_back(&mut self, n: u8) -> Vec<Command> {
+        self.send(Event::RolledBack {
+            watch: WatchId(0),
+            fingerprint: test_fingerprint(n),
+            result: Ok(()),
+        })
+    }
+}
+
+fn publish_asked(commands: &[Command]) -> Option<(PathBuf, Keep)> {
+    commands.iter().find_map(|c| match c {
+        Command::Publish {
+            candidate, keep, ..
+        } => Some((candidate.clone(), keep.clone())),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_stop_start_restart_that_fails_verify_stays_rolled_back_once_restarted() {
+    let toml = verified_toml("restart = \"always\"", "on_change = \"restart\"", "");
+    let mut f = Fake::verified_with(&toml);
+    let old = f.service();
+    f.candidate(2, "/pub/..g2", OK);
+    let c = f.published_over(2, Ok(()), Some("/pub/..g1"));
+    assert_eq!(signalled(&c, old)[0], TERM);
+    f.exit(old, ExitStatus::Signal(TERM));
+    assert_eq!(f.services().len(), 2);
+    assert_eq!(f.result(0), WatchResult::Verifying);
+    f.fail_verify_until_its_time_is_up("HTTP 502");
+    let new = f.service();
+    let c = f.rolled_back(2);
+    assert_eq!(signalled(&c, new)[0], TERM, "restarted on the previous one");
+    f.exit(new, ExitStatus::Signal(TERM));
+    assert_eq!(f.services().len(), 3);
+    assert_eq!(f.result(0), WatchResult::RolledBack);
+    assert_eq!(f.state(), (State::InvalidConfig, false));
+    assert!(f.last_reload_failed());
+    assert_eq!(f.core.deadline(), None);
+}
+
+#[test]
+fn a_service_that_crashes_after_a_rollback_restarts_on_the_previous_config_still_rolled_back() {
+    let toml = verified_toml("restart = \"always\"", "on_change = \"signal\"", "");
+    let mut f = Fake::verified_with(&toml);
+    f.apply_verified(2);
+    f.fail_verify_until_its_time_is_up("HTTP 502");
+    f.rolled_back(2);
+    assert_eq!(f.result(0), WatchResult::RolledBack);
+    f.exit(f.service(), ExitStatus::Signal(KILL));
+    let c = f.at_deadline();
+    assert_eq!(
+        spawns(&c),
+        [SpawnKind::Service],
+        "started on the previous copy"
+    );
+    assert!(published(&c).is_none() && snapshot_asked(&c).is_none());
+    assert_eq!(f.result(0), WatchResult::RolledBack);
+    assert_eq!(f.state(), (State::InvalidConfig, false));
+    assert!(f.last_reload_failed());
+    // Still not applied again.
+    assert!(f.content(0, 2).is_empty());
+    assert_eq!(f.core.deadline(), None);
+}
+
+#[test]
+fn a_crash_during_a_splay_wait_starts_the_service_on_the_checked_content_at_once() {
+    let toml = verified_toml(
+        "restart = \"always\"",
+        "on_change = \"signal\"",
+        "splay = \"1000s\"\n",
+    );
+    let mut f = Fake::new(&toml);
+    f.core.rng = 12345; // a wait of minutes
+    f.tick();
+    f.candidate(1, "/pub/..g1", OK);
+    f.publication(1, Ok(()));
+    let c = f.candidate(2, "/pub/..g2", OK);
+    assert!(published(&c).is_none(), "waits for its splay");
+    f.exit(f.service(), ExitStatus::Signal(KILL));
+    let c = f.at_deadline();
+    assert_eq!(f.elapsed, Duration::from_secs(1), "the restart back-off");
+    assert_eq!(published(&c).as_deref(), Some(Path::new("/pub/..g2")));
+    let c = f.published_over(2, Ok(()), Some("/pub/..g1"));
+    assert_eq!(
+        discarded(&c).as_deref(),
+        Some(Path::new("/pub/..g1")),
+        "a start is not verified"
+    );
+    assert_eq!(spawns(&c), [SpawnKind::Service]);
+    assert_eq!(f.state(), (State::Ready, true));
+    assert!(f.core.status().watches[0].action_at.is_none());
+    assert_eq!(f.jobs("verify"), 0);
+    assert_eq!(f.core.deadline(), None);
+}
+
+#[test]
+fn a_rollback_whose_action_fails_is_retried_before_a_newer_change() {
+    let toml = verified_toml("", "on_change = \"exec\"\nexec = [\"reload\"]", "");
+    let mut f = Fake::verified_with(&toml);
+    f.candidate(2, "/pub/..g2", OK);
+    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    f.exit(f.job("reload"), OK);
+    f.fail_verify_until_its_time_is_up("HTTP 502");
+    f.rolled_back(2);
+    let reloads = f.jobs("reload");
+    assert_eq!(reloads, 2, "applied, then applied again");
+    f.exit(f.job("reload"), FAIL);
+    assert_eq!(f.result(0), WatchResult::ActionFailed);
+    // A newer change waits until the service is back on the previous one.
+    assert!(snapshot_asked(&f.content(0, 3)).is_none());
+    f.at_deadline();
+    assert_eq!(f.jobs("reload"), reloads + 1, "the rollback's action again");
+    let c = f.exit(f.job("reload"), OK);
+    assert_eq!(snapshot_asked(&c), Some(test_fingerprint(3)));
+    f.snapshot(3, Ok("/pub/..g3"));
+    let c = f.exit(f.job("check"), OK);
+    assert_eq!(
+        publish_asked(&c),
+        Some((PathBuf::from("/pub/..g3"), Keep::Published))
+    );
+    f.published_over(3, Ok(()), Some("/pub/..g1"));
+    f.exit(f.job("reload"), OK);
+    assert_eq!(f.result(0), WatchResult::Verifying, "verified as usual");
+    f.exit(f.job("verify"), OK);
+    assert_eq!(f.result(0), WatchResult::Applied);
+    assert_eq!(f.state(), (State::Ready, true));
+
+    // Without a newer change, a rollback whose action failed at first is
+    // rolled_back once it succeeded.
+    let mut f = Fake::verified_with(&toml);
+    f.candidate(2, "/pub/..g2", OK);
+    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    f.exit(f.job("reload"), OK);
+    f.fail_verify_until_its_time_is_up("HTTP 502");
+    f.rolled_back(2);
+    f.exit(f.job("reload"), FAIL);
+    f.at_deadline();
+    f.exit(f.job("reload"), OK);
+    assert_eq!(f.result(0), WatchResult::RolledBack);
+    assert_eq!(f.core.deadline(), None);
+}
+
+#[test]
+fn content_applied_while_newer_content_arrived_is_verified_before_it() {
+    let toml = verified_toml("", "on_change = \"exec\"\nexec = [\"reload\"]", "");
+    let mut f = Fake::verified_with(&toml);
+    f.candidate(2, "/pub/..g2", OK);
+    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    f.content(0, 3);
+    f.exit(f.job("reload"), OK);
+    assert_eq!(f.jobs("verify"), 1, "content 2 is verified");
+    // It fails: the rollback goes to content 1, never to unverified content.
+    let (_, c) = f.fail_verify_until_its_time_is_up("HTTP 502");
+    assert_eq!(rollback_asked(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    f.rolled_back(2);
+    let c = f.exit(f.job("reload"), OK);
+    assert_eq!(snapshot_asked(&c), Some(test_fingerprint(3)), "then 3");
+}
+
+#[test]
+fn the_generation_kept_to_roll_back_to_is_the_last_verified_one() {
+    let toml = verified_toml(
+        "restart = \"always\"",
+        "on_change = \"exec\"\nexec = [\"reload\"]",
+        "",
+    );
+    let mut f = Fake::verified_with(&toml);
+    f.candidate(2, "/pub/..g2", OK);
+    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    f.exit(f.job("reload"), FAIL);
+    assert_eq!(f.result(0), WatchResult::ActionFailed);
+    // Content 3 replaces 2, whose action failed: 1 stays the one to go back to.
+    f.content(0, 3);
+    f.snapshot(3, Ok("/pub/..g3"));
+    let c = f.exit(f.job("check"), OK);
+    assert_eq!(
+        publish_asked(&c),
+        Some((
+            PathBuf::from("/pub/..g3"),
+            Keep::Generation(PathBuf::from("/pub/..g1"))
+        ))
+    );
+    f.published_over(3, Ok(()), Some("/pub/..g1"));
+    f.exit(f.job("reload"), OK);
+    let (_, c) = f.fail_verify_until_its_time_is_up("HTTP 502");
+    assert_eq!(rollback_asked(&c).as_deref(), Some(Path::new("/pub/..g1")));
+
+    // A start on content whose action failed makes it the base instead.
+    let mut f = Fake::verified_with(&toml);
+    f.candidate(2, "/pub/..g2", OK);
+    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    f.exit(f.job("reload"), FAIL);
+    f.exit(f.service(), ExitStatus::Signal(KILL));
+    let c = f.at_deadline();
+    assert_eq!(spawns(&c), [SpawnKind::Service]);
+    assert_eq!(discarded(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    assert_eq!(f.state(), (State::Ready, true));
+    f.content(0, 3);
+    f.snapshot(3, Ok("/pub/..g3"));
+    let c = f.exit(f.job("check"), OK);
+    assert_eq!(
+        publish_asked(&c),
+        Some((PathBuf::from("/pub/..g3"), Keep::Published))
+    );
+}
+
+#[test]
+fn a_verify_still_running_at_its_timeout_is_killed_with_its_group_and_its_output_kept() {
+    let mut f = Fake::verified();
+    f.apply_verified(2);
+    let verify = f.job("verify");
+    let c = f.at_deadline();
+    assert_eq!(f.elapsed, Duration::from_secs(5), "verify_timeout");
+    assert!(
+        c.contains(&Command::Signal {
+            pid: verify,
+            group: true,
+            signo: KILL
+        }),
+        "{c:?}"
+    );
+    assert!(rollback_asked(&c).is_none(), "decided once it is gone");
+    assert_eq!(f.core.deadline(), None, "nothing is due until it exits");
+    let c = f.exit_with_output(
+        verify,
+        ExitStatus::Signal(KILL),
+        "connecting to 10.0.0.7:5432",
+    );
+    assert_eq!(rollback_asked(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    let output = f.core.status().watches[0].check_output.clone();
+    assert!(
+        output.contains("connecting to 10.0.0.7:5432") && output.contains("did not pass within 5s"),
+        "{output}"
+    );
+}
+
+#[test]
+fn content_an_earlier_tend_rolled_back_is_not_applied_again_until_it_changes() {
+    let mut f = Fake::new(VERIFIED);
+    f.core.restore(WatchId(0), &restored("..g0"));
+    f.tick();
+    f.content(0, 2);
+    let c = f.send(Event::Snapshot {
+        watch: WatchId(0),
+        fingerprint: test_fingerprint(2),
+        result: Ok(Candidate {
+            dir: PathBuf::from("/pub/..g2"),
+            rejected: true,
+        }),
+    });
+    assert_eq!(discarded(&c).as_deref(), Some(Path::new("/pub/..g2")));
+    assert_eq!(f.jobs("check"), 0, "not even checked");
+    assert_eq!(spawns(&c), [SpawnKind::Service], "started on ..g0");
+    assert_eq!(f.result(0), WatchResult::RolledBack);
+    assert_eq!(f.state(), (State::InvalidConfig, false));
+    assert!(f.last_reload_failed());
+    assert_eq!(f.core.deadline(), None);
+    // Other content is applied and verified as usual.
+    let c = f.candidate(3, "/pub/..g3", OK);
+    assert!(published(&c).is_some());
+    let c = f.published_over(3, Ok(()), Some("/pub/..g0"));
+    assert_eq!(signalled(&c, f.service()), [Signal::SIGHUP as i32]);
+    assert_eq!(f.result(0), WatchResult::Verifying);
+}
+
+#[test]
+fn a_service_that_exits_during_verify_is_rolled_back_at_once_and_restarted_on_the_previous_config()
+{
+    let toml = verified_toml("restart = \"always\"", "on_change = \"signal\"", "");
+    let mut f = Fake::verified_with(&toml);
+    f.apply_verified(2);
+    let verify = f.job("verify");
+    let c = f.exit(f.service(), ExitStatus::Signal(Signal::SIGSEGV as i32));
+    assert_eq!(rollback_asked(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    assert!(
+        c.contains(&Command::Signal {
+            pid: verify,
+            group: true,
+            signo: KILL
+        }),
+        "{c:?}"
+    );
+    assert_eq!(f.result(0), WatchResult::RolledBack);
+    let output = f.core.status().watches[0].check_output.clone();
+    assert!(
+        output.contains("the service exited while the change was verified"),
+        "{output}"
+    );
+    // Not restarted before the previous generation is back.
+    f.at_deadline();
+    assert_eq!(f.services().len(), 1);
+    let c = f.rolled_back(2);
+    assert_eq!(spawns(&c), [SpawnKind::Service]);
+    assert_eq!(f.result(0), WatchResult::RolledBack);
+    assert_eq!(f.state(), (State::InvalidConfig, false));
+    f.exit(verify, ExitStatus::Signal(KILL));
+    assert_eq!(f.jobs("verify"), 1);
+    assert_eq!(f.core.deadline(), None);
+}
+
+#[test]
+fn a_change_during_verify_or_rollback_is_checked_once_they_are_done() {
+    let mut f = Fake::verified();
+    f.apply_verified(2);
+    assert!(snapshot_asked(&f.content(0, 3)).is_none(), "verify first");
+    let c = f.exit(f.job("verify"), OK);
+    assert_eq!(discarded(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    assert_eq!(snapshot_asked(&c), Some(test_fingerprint(3)));
+    f.snapshot(3, Ok("/pub/..g3"));
+    f.exit(f.job("check"), OK);
+    f.published_over(3, Ok(()), Some("/pub/..g2"));
+    let (_, c) = f.fail_verify_until_its_time_is_up("HTTP 502");
+    assert_eq!(rollback_asked(&c).as_deref(), Some(Path::new("/pub/..g2")));
+    assert!(
+        snapshot_asked(&f.content(0, 4)).is_none(),
+        "the rollback first"
+    );
+    let c = f.rolled_back(3);
+    assert_eq!(signalled(&c, f.service()), [Signal::SIGHUP as i32]);
+    assert_eq!(snapshot_asked(&c), Some(test_fingerprint(4)));
+}
+
+#[test]
+fn a_restarted_service_is_verified_once_it_is_ready() {
+    let toml = verified_toml("restart = \"always\"", "on_change = \"restart\"", "");
+    let mut f = Fake::custom(&toml, true, |s| {
+        s.notify = true;
+        s.ready_timeout = Duration::from_secs(60);
+    });
+    f.tick();
+    f.candidate(1, "/pub/..g1", OK);
+    f.publication(1, Ok(()));
+    let first = f.service();
+    notify(&mut f, first, "READY=1");
+    assert_eq!(f.state(), (State::Ready, true));
+    f.candidate(2, "/pub/..g2", OK);
+    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    f.exit(first, ExitStatus::Signal(TERM));
+    let second = f.service();
+    assert_ne!(first, second);
+    assert_eq!(f.jobs("verify"), 0, "not before the new instance is ready");
+    // It takes longer to start than verify_timeout (5 s).
+    f.after(20.0);
+    assert!(rollback_asked(&f.tick()).is_none());
+    notify(&mut f, second, "READY=1");
+    assert_eq!(f.jobs("verify"), 1);
+    let c = f.exit(f.job("verify"), OK);
+    assert_eq!(discarded(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    assert_eq!(f.result(0), WatchResult::Applied);
+    assert_eq!(f.state(), (State::Ready, true));
+}
+
+#[test]
+fn a_restarted_service_that_never_becomes_ready_is_rolled_back() {
+    let toml = verified_toml("restart = \"always\"", "on_change = \"restart\"", "");
+    let mut f = Fake::custom(&toml, true, |s| {
+        s.notify = true;
+        s.ready_timeout = Duration::from_secs(60);
+    });
+    f.tick();
+    f.candidate(1, "/pub/..g1", OK);
+    f.publication(1, Ok(()));
+    let first = f.service();
+    notify(&mut f, first, "READY=1");
+    f.candidate(2, "/pub/..g2", OK);
+    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    f.exit(first, ExitStatus::Signal(TERM));
+    let second = f.service();
+    // Not ready within ready_timeout: stopped, and that fails the change.
+    let c = f.at_deadline();
+    assert_eq!(signalled(&c, second)[0], TERM);
+    let c = f.exit(second, ExitStatus::Signal(TERM));
+    assert_eq!(rollback_asked(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    assert_eq!(f.result(0), WatchResult::RolledBack);
+    f.rolled_back(2);
+    f.at_deadline();
+    assert_eq!(
+        f.services().len(),
+        3,
+        "started again, on the previous config"
+    );
+    let third = f.service();
+    notify(&mut f, third, "READY=1");
+    assert_eq!(f.state(), (State::InvalidConfig, false));
+    assert_eq!(f.jobs("verify"), 0);
 }

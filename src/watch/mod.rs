@@ -55,7 +55,7 @@ use books::Scanned;
 pub use publish::Restored;
 pub use scan::Fingerprint;
 use scan::OwnFiles;
-pub use thread::{Done, Request, SnapshotError};
+pub use thread::{Candidate, Done, Request, SnapshotError};
 use thread::{Handle, Taken};
 
 use crate::config;

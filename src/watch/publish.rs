@@ -18,6 +18,14 @@
 //! generation. A failed candidate is removed. So the directory holds at most
 //! two generations: the published one and the one being checked.
 //!
+//! With `verify`, the generation published before is kept until the new
+//! one passed verify, named by the symlink `..previous`; a rollback
+//! publishes it again and leaves `..rejected`, a salted digest of what was
+//! rejected. Both outlive tend, as the directory does: a tend that starts
+//! while `..previous` is there was stopped in the middle of a verify, and
+//! rolls back first; and the first content it sees is not applied when it
+//! is the rejected one.
+//!
 //! Every call here is made by the watcher thread (or before the loop
 //! starts), never by PID 1's loop.
 
@@ -33,21 +41,30 @@ use std::time::SystemTime;
 pub const DATA: &str = "..data";
 const DATA_TMP: &str = "..data_tmp";
 const LINK_TMP: &str = "..link_tmp";
+/// The symlink that names the generation kept to roll back to.
+const PREVIOUS: &str = "..previous";
+/// The digest of the content last rolled back.
+const REJECTED: &str = "..rejected";
 
 /// What an earlier tend left in a publish directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Restored {
     /// The published generation's directory name.
     pub generation: String,
+    /// It was stopped while a change was verified: the generation before
+    /// the change was published again.
+    pub rolled_back: bool,
 }
 
 /// Makes `dir` ready for publishing, at start-up: creates it, removes what
 /// an earlier tend left half done (candidates, temporary links), and returns
 /// the generation an earlier tend published, if there is one (an emptyDir
-/// outlives the container). A directory that holds anything tend does not
-/// write there is an error: tend never deletes what it did not write, nor
-/// follows a symlink it did not make.
-pub fn prepare(dir: &Path) -> io::Result<Option<Restored>> {
+/// outlives the container). With `verify`, a change whose verify was cut
+/// short is rolled back and counts as rejected; without it, what recorded
+/// verifies is dropped. A directory that holds anything tend does not write
+/// there is an error: tend never deletes what it did not write, nor follows
+/// a symlink it did not make.
+pub fn prepare(dir: &Path, verify: bool) -> io::Result<Option<Restored>> {
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o755)
@@ -75,11 +92,26 @@ pub fn prepare(dir: &Path) -> io::Result<Option<Restored>> {
         }
         return Ok(None);
     };
+    let previous = kept(dir).filter(|p| verify && *p != current);
+    if let Some(previous) = previous {
+        // Stopped while the current generation was verified: it did not
+        // pass, so the one before it goes back, and the current one is
+        // not published again until the content changes.
+        put_back(dir, &dir.join(&current), &dir.join(&previous))?;
+        return Ok(Some(Restored {
+            generation: previous.to_string_lossy().into_owned(),
+            rolled_back: true,
+        }));
+    }
+    if !verify {
+        remove(&dir.join(REJECTED))?;
+    }
     // A tend killed in the middle of a publication may have left keys
     // unlinked, or a candidate beside it.
     tidy(dir, &dir.join(&current), None)?;
     Ok(Some(Restored {
         generation: current.to_string_lossy().into_owned(),
+        rolled_back: false,
     }))
 }
 
@@ -88,8 +120,10 @@ pub fn prepare(dir: &Path) -> io::Result<Option<Restored>> {
 /// links as symlinks, generations as directories, keys as symlinks to
 /// `..data/NAME`.
 fn is_ours(path: &Path, name: &OsStr, kind: fs::FileType) -> bool {
-    if name == DATA || name == DATA_TMP || name == LINK_TMP {
+    if name == DATA || name == DATA_TMP || name == LINK_TMP || name == PREVIOUS {
         kind.is_symlink()
+    } else if name == REJECTED {
+        kind.is_file()
     } else if is_generation_name(name) {
         kind.is_dir()
     } else {
@@ -107,9 +141,8 @@ pub fn prepare_all(
     watches
         .iter()
         .map(|w| match &w.publish {
-            Some(dir) => {
-                prepare(&cwd.join(dir)).with_context(|| format!("watch {:?}: `publish`", w.name))
-            }
+            Some(dir) => prepare(&cwd.join(dir), w.verify.is_some())
+                .with_context(|| format!("watch {:?}: `publish`", w.name)),
             None => Ok(None),
         })
         .collect()
@@ -118,11 +151,29 @@ pub fn prepare_all(
 /// The name of the generation `..data` points to, when it is there (a
 /// directory, not a symlink to one).
 fn published(dir: &Path) -> Option<OsString> {
-    let target = fs::read_link(dir.join(DATA)).ok()?;
+    generation_at(dir, DATA)
+}
+
+/// The name of the generation kept to roll back to, when it is there.
+fn kept(dir: &Path) -> Option<OsString> {
+    generation_at(dir, PREVIOUS)
+}
+
+/// The generation the symlink `link` of `dir` points to, if it exists.
+fn generation_at(dir: &Path, link: &str) -> Option<OsString> {
+    let target = fs::read_link(dir.join(link)).ok()?;
     let name = target.as_os_str();
     let ok =
         is_generation_name(name) && fs::symlink_metadata(dir.join(name)).is_ok_and(|m| m.is_dir());
     ok.then(|| name.to_os_string())
+}
+
+/// Points the symlink `link` of `dir` at `target`, in one atomic step.
+fn relink(dir: &Path, link: &Path, target: &Path) -> io::Result<()> {
+    let tmp = dir.join(LINK_TMP);
+    remove(&tmp)?;
+    symlink(target, &tmp).map_err(|e| with_path(e, "cannot create", &tmp))?;
+    fs::rename(&tmp, link).map_err(|e| with_path(e, "cannot rename over", link))
 }
 
 /// Creates an empty candidate generation in `dir`; returns its path.
@@ -144,13 +195,42 @@ pub fn create_generation(dir: &Path) -> io::Result<PathBuf> {
     unreachable!("the loop returns")
 }
 
+/// Which generation a publication keeps besides the new one, to roll back
+/// to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Keep {
+    Nothing,
+    /// The one published until now.
+    Published,
+    /// This generation of the directory (one published before, still kept).
+    Generation(PathBuf),
+}
+
 /// Publishes the candidate `generation` (a path made by
-/// [`create_generation`] in `dir`), then removes every other generation;
-/// with `keep_previous`, all but the one published until now, which is
-/// returned (to roll back to).
-pub fn publish(dir: &Path, generation: &Path, keep_previous: bool) -> io::Result<Option<PathBuf>> {
+/// [`create_generation`] in `dir`), then removes every other generation but
+/// the one to `keep`, which is returned when it is there.
+pub fn publish(dir: &Path, generation: &Path, keep: &Keep) -> io::Result<Option<PathBuf>> {
+    let previous = swap(dir, generation, keep)?;
+    // What is published now was not rejected.
+    remove(&dir.join(REJECTED))?;
+    Ok(previous)
+}
+
+/// [`publish`], but for what was recorded as rejected.
+fn swap(dir: &Path, generation: &Path, keep: &Keep) -> io::Result<Option<PathBuf>> {
     let name = generation_name(dir, generation)?;
-    let previous = published(dir).filter(|p| keep_previous && p != name);
+    let previous = match keep {
+        Keep::Nothing => None,
+        Keep::Published => published(dir),
+        Keep::Generation(g) => Some(generation_name(dir, g)?.to_os_string()).filter(|_| g.is_dir()),
+    }
+    .filter(|p| p != name);
+    // Named before the swap: a tend stopped after it knows what to go back
+    // to. (Without one to keep, `..previous` goes once the swap is done, by
+    // `tidy`: a rollback stopped before it is done again.)
+    if let Some(p) = &previous {
+        relink(dir, &dir.join(PREVIOUS), Path::new(p))?;
+    }
     let tmp = dir.join(DATA_TMP);
     remove_link(&tmp)?;
     symlink(name, &tmp).map_err(|e| with_path(e, "cannot create", &tmp))?;
@@ -158,6 +238,133 @@ pub fn publish(dir: &Path, generation: &Path, keep_previous: bool) -> io::Result
         .map_err(|e| with_path(e, "cannot rename over", &dir.join(DATA)))?;
     tidy(dir, generation, previous.as_deref())?;
     Ok(previous.map(|p| dir.join(p)))
+}
+
+/// Publishes `generation`, kept by [`publish`], again: the content
+/// published now failed verify, and is recorded as rejected.
+pub fn roll_back(dir: &Path, generation: &Path) -> io::Result<()> {
+    match published(dir) {
+        Some(current) => put_back(dir, &dir.join(current), generation),
+        None => swap(dir, generation, &Keep::Nothing).map(drop),
+    }
+}
+
+/// Records `rejected` as such, then publishes `previous` again. In this
+/// order, a tend stopped in between finds `..previous` and does it again.
+fn put_back(dir: &Path, rejected: &Path, previous: &Path) -> io::Result<()> {
+    Rejection::of(rejected)?.record(dir)?;
+    swap(dir, previous, &Keep::Nothing).map(drop)
+}
+
+/// Whether the content of `candidate` is the one recorded as rejected.
+pub fn was_rejected(dir: &Path, candidate: &Path) -> io::Result<bool> {
+    let Some(recorded) = Rejection::read(dir)? else {
+        return Ok(false);
+    };
+    Ok(Rejection::with_salt(candidate, recorded.salt)? == recorded)
+}
+
+/// Content that failed verify, as a salted SHA-256 of the names and bytes
+/// of a generation's files (not their modes or owners, which do not make
+/// a change either): the directory outlives tend, and holds no copy of it.
+#[derive(Debug, PartialEq, Eq)]
+struct Rejection {
+    salt: [u8; 16],
+    digest: [u8; 32],
+}
+
+impl Rejection {
+    fn of(generation: &Path) -> io::Result<Rejection> {
+        let mut salt = [0u8; 16];
+        salt[..8].copy_from_slice(&crate::status::random_u64()?.to_ne_bytes());
+        salt[8..].copy_from_slice(&crate::status::random_u64()?.to_ne_bytes());
+        Rejection::with_salt(generation, salt)
+    }
+
+    fn with_salt(generation: &Path, salt: [u8; 16]) -> io::Result<Rejection> {
+        use sha2::{Digest as _, Sha256};
+        fn walk(hasher: &mut Sha256, root: &Path, rel: &Path) -> io::Result<()> {
+            let dir = root.join(rel);
+            let mut names: Vec<OsString> = fs::read_dir(&dir)
+                .map_err(|e| with_path(e, "cannot read", &dir))?
+                .map(|e| e.map(|e| e.file_name()))
+                .collect::<io::Result<_>>()
+                .map_err(|e| with_path(e, "cannot read", &dir))?;
+            names.sort();
+            for name in names {
+                let rel = rel.join(&name);
+                let path = root.join(&rel);
+                let meta =
+                    fs::symlink_metadata(&path).map_err(|e| with_path(e, "cannot read", &path))?;
+                hasher.update(rel.as_os_str().as_bytes());
+                if meta.is_dir() {
+                    hasher.update(b"\0d\0");
+                    walk(hasher, root, &rel)?;
+                } else {
+                    let mut file =
+                        fs::File::open(&path).map_err(|e| with_path(e, "cannot read", &path))?;
+                    hasher.update(b"\0f");
+                    hasher.update(meta.len().to_le_bytes());
+                    let mut buf = [0u8; 16 * 1024];
+                    loop {
+                        match io::Read::read(&mut file, &mut buf) {
+                            Ok(0) => break,
+                            Ok(n) => hasher.update(&buf[..n]),
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                            Err(e) => return Err(with_path(e, "cannot read", &path)),
+                        }
+                    }
+                }
+            }
+            Ok(())
+        }
+        let mut hasher = Sha256::new();
+        hasher.update(salt);
+        walk(&mut hasher, generation, Path::new(""))?;
+        Ok(Rejection {
+            salt,
+            digest: hasher.finalize().into(),
+        })
+    }
+
+    /// Writes `..rejected` in `dir`.
+    fn record(&self, dir: &Path) -> io::Result<()> {
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        let line = format!("{} {}\n", hex(&self.salt), hex(&self.digest));
+        crate::status::write_atomically(&dir.join(REJECTED), line.as_bytes())
+    }
+
+    /// `..rejected` of `dir`, if there is one.
+    fn read(dir: &Path) -> io::Result<Option<Rejection>> {
+        let path = dir.join(REJECTED);
+        let text = match fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(with_path(e, "cannot read", &path)),
+        };
+        let unhex = |s: &str, out: &mut [u8]| {
+            s.len() == out.len() * 2
+                && out.iter_mut().enumerate().all(|(i, b)| {
+                    u8::from_str_radix(s.get(2 * i..2 * i + 2).unwrap_or("x"), 16)
+                        .map(|v| *b = v)
+                        .is_ok()
+                })
+        };
+        let mut r = Rejection {
+            salt: [0; 16],
+            digest: [0; 32],
+        };
+        let mut words = text.split_whitespace();
+        let ok = words.next().is_some_and(|s| unhex(s, &mut r.salt))
+            && words.next().is_some_and(|d| unhex(d, &mut r.digest));
+        if !ok {
+            return Err(io::Error::other(format!(
+                "{} is not a record of rejected content",
+                path.display()
+            )));
+        }
+        Ok(Some(r))
+    }
 }
 
 /// Links the keys of the published `generation` at the top of `dir`, then
@@ -194,7 +401,10 @@ fn tidy(dir: &Path, generation: &Path, keep: Option<&OsStr>) -> io::Result<()> {
             && name != name_of(generation)
             && Some(name.as_os_str()) != keep;
         let dropped_key = !keys.contains(&name) && is_key_link(&entry.path(), &name);
-        let removed = if name == DATA_TMP || name == LINK_TMP {
+        // `..previous` names a generation only while one is kept.
+        let stale_link =
+            name == DATA_TMP || name == LINK_TMP || (name == PREVIOUS && keep.is_none());
+        let removed = if stale_link {
             remove_link(&entry.path())
         } else if stale_generation || dropped_key {
             remove(&entry.path())
@@ -214,6 +424,9 @@ pub fn discard(dir: &Path, generation: &Path) -> io::Result<()> {
     let name = generation_name(dir, generation)?;
     if published(dir).as_deref() == Some(name) {
         return Ok(());
+    }
+    if kept(dir).as_deref() == Some(name) {
+        remove(&dir.join(PREVIOUS))?;
     }
     remove(generation)
 }
@@ -361,9 +574,9 @@ mod tests {
     fn publishing_swaps_data_links_the_keys_and_keeps_one_generation() {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().join("pub");
-        assert_eq!(prepare(&dir).unwrap(), None, "created empty");
+        assert_eq!(prepare(&dir, false).unwrap(), None, "created empty");
         let g1 = generation(&dir, &[("a.conf", "1"), ("b.conf", "1")]);
-        publish(&dir, &g1, false).unwrap();
+        publish(&dir, &g1, &Keep::Nothing).unwrap();
         assert_eq!(read(&dir, "a.conf"), "1");
         assert_eq!(
             fs::read_link(dir.join("a.conf")).unwrap(),
@@ -371,7 +584,7 @@ mod tests {
         );
         let g2 = generation(&dir, &[("a.conf", "2"), ("c.conf", "2")]);
         assert_eq!(read(&dir, "a.conf"), "1", "a candidate is not published");
-        publish(&dir, &g2, false).unwrap();
+        publish(&dir, &g2, &Keep::Nothing).unwrap();
         assert_eq!(read(&dir, "a.conf"), "2");
         assert_eq!(read(&dir, "c.conf"), "2");
         assert!(
@@ -387,16 +600,101 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().to_path_buf();
         let g1 = generation(&dir, &[("a", "1"), ("only-in-1", "x")]);
-        assert_eq!(publish(&dir, &g1, true).unwrap(), None, "nothing before");
+        assert_eq!(
+            publish(&dir, &g1, &Keep::Published).unwrap(),
+            None,
+            "nothing before"
+        );
         let g2 = generation(&dir, &[("a", "2")]);
-        assert_eq!(publish(&dir, &g2, true).unwrap(), Some(g1.clone()));
+        assert_eq!(
+            publish(&dir, &g2, &Keep::Published).unwrap(),
+            Some(g1.clone())
+        );
         assert_eq!(read(&dir, "a"), "2");
         assert!(g1.exists(), "kept for a rollback");
         // The rollback: the previous generation, published again.
-        assert_eq!(publish(&dir, &g1, false).unwrap(), None);
+        assert_eq!(publish(&dir, &g1, &Keep::Nothing).unwrap(), None);
         assert_eq!(read(&dir, "a"), "1");
         assert_eq!(read(&dir, "only-in-1"), "x");
         assert!(!g2.exists(), "the rejected generation is removed");
+    }
+
+    #[test]
+    fn a_rollback_records_the_rejected_content_until_other_content_is_published() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().to_path_buf();
+        let g1 = generation(&dir, &[("a", "1")]);
+        publish(&dir, &g1, &Keep::Published).unwrap();
+        let g2 = generation(&dir, &[("a", "2"), ("b", "2")]);
+        publish(&dir, &g2, &Keep::Published).unwrap();
+        assert_eq!(
+            kept(&dir).as_deref(),
+            Some(name_of(&g1)),
+            "named while verified"
+        );
+        roll_back(&dir, &g1).unwrap();
+        assert_eq!(read(&dir, "a"), "1");
+        assert!(!g2.exists() && kept(&dir).is_none());
+        assert!(dir.join(REJECTED).exists());
+        // The same names and bytes, whatever their modes: rejected.
+        let same = generation(&dir, &[("a", "2"), ("b", "2")]);
+        fs::set_permissions(same.join("a"), fs::Permissions::from_mode(0o400)).unwrap();
+        assert!(was_rejected(&dir, &same).unwrap());
+        let other = generation(&dir, &[("a", "2"), ("b", "3")]);
+        assert!(!was_rejected(&dir, &other).unwrap());
+        let renamed = generation(&dir, &[("a", "2"), ("c", "2")]);
+        assert!(!was_rejected(&dir, &renamed).unwrap());
+        // It outlives a restart of tend, not the publication of other content.
+        prepare(&dir, true).unwrap();
+        assert!(dir.join(REJECTED).exists());
+        let g3 = generation(&dir, &[("a", "3")]);
+        publish(&dir, &g3, &Keep::Published).unwrap();
+        assert!(!dir.join(REJECTED).exists());
+        assert!(!was_rejected(&dir, &g3).unwrap());
+    }
+
+    #[test]
+    fn a_tend_stopped_while_a_change_was_verified_rolls_it_back_at_start_up() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().to_path_buf();
+        let g1 = generation(&dir, &[("a", "1")]);
+        publish(&dir, &g1, &Keep::Published).unwrap();
+        let g2 = generation(&dir, &[("a", "2")]);
+        publish(&dir, &g2, &Keep::Published).unwrap();
+        let restored = prepare(&dir, true).unwrap().unwrap();
+        assert_eq!(restored.generation, name_of(&g1).to_string_lossy());
+        assert!(restored.rolled_back);
+        assert_eq!(read(&dir, "a"), "1");
+        assert!(!g2.exists() && kept(&dir).is_none());
+        let again = generation(&dir, &[("a", "2")]);
+        assert!(was_rejected(&dir, &again).unwrap());
+        assert!(!prepare(&dir, true).unwrap().unwrap().rolled_back, "once");
+
+        // Without verify (any more), what is published stays.
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().to_path_buf();
+        let g1 = generation(&dir, &[("a", "1")]);
+        publish(&dir, &g1, &Keep::Published).unwrap();
+        let g2 = generation(&dir, &[("a", "2")]);
+        publish(&dir, &g2, &Keep::Published).unwrap();
+        let restored = prepare(&dir, false).unwrap().unwrap();
+        assert_eq!(restored.generation, name_of(&g2).to_string_lossy());
+        assert!(!restored.rolled_back && !g1.exists());
+        assert_eq!(entries(&dir).len(), 3, "{:?}", entries(&dir));
+    }
+
+    #[test]
+    fn a_discarded_kept_generation_is_no_longer_named() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().to_path_buf();
+        let g1 = generation(&dir, &[("a", "1")]);
+        publish(&dir, &g1, &Keep::Published).unwrap();
+        let g2 = generation(&dir, &[("a", "2")]);
+        publish(&dir, &g2, &Keep::Published).unwrap();
+        discard(&dir, &g1).unwrap();
+        assert!(!g1.exists() && kept(&dir).is_none());
+        assert!(!prepare(&dir, true).unwrap().unwrap().rolled_back);
+        assert_eq!(read(&dir, "a"), "2");
     }
 
     #[test]
@@ -404,7 +702,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().to_path_buf();
         let g1 = generation(&dir, &[("a", "1")]);
-        publish(&dir, &g1, false).unwrap();
+        publish(&dir, &g1, &Keep::Nothing).unwrap();
         let g2 = generation(&dir, &[("a", "2")]);
         discard(&dir, &g2).unwrap();
         assert!(!g2.exists());
@@ -422,10 +720,12 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().to_path_buf();
         let g1 = generation(&dir, &[("a", "1")]);
-        publish(&dir, &g1, false).unwrap();
+        publish(&dir, &g1, &Keep::Nothing).unwrap();
         let left = generation(&dir, &[("a", "2")]);
         symlink("..nothing", dir.join(DATA_TMP)).unwrap();
-        let restored = prepare(&dir).unwrap().expect("a generation was published");
+        let restored = prepare(&dir, false)
+            .unwrap()
+            .expect("a generation was published");
         assert_eq!(restored.generation, name_of(&g1).to_string_lossy());
         assert!(!left.exists() && !dir.join(DATA_TMP).exists());
         assert_eq!(read(&dir, "a"), "1");
@@ -436,13 +736,13 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().to_path_buf();
         let g1 = generation(&dir, &[("a", "1"), ("gone", "1")]);
-        publish(&dir, &g1, false).unwrap();
+        publish(&dir, &g1, &Keep::Nothing).unwrap();
         // Killed after the ..data swap, before the keys were linked.
         let g2 = generation(&dir, &[("a", "2"), ("new", "2")]);
         symlink(name_of(&g2), dir.join(DATA_TMP)).unwrap();
         fs::rename(dir.join(DATA_TMP), dir.join(DATA)).unwrap();
         assert!(!dir.join("new").exists());
-        prepare(&dir).unwrap().expect("g2 is published");
+        prepare(&dir, false).unwrap().expect("g2 is published");
         assert_eq!(read(&dir, "new"), "2");
         assert!(!dir.join("gone").exists() && !g1.exists());
     }
@@ -452,9 +752,9 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().to_path_buf();
         let g1 = generation(&dir, &[("a", "1")]);
-        publish(&dir, &g1, false).unwrap();
+        publish(&dir, &g1, &Keep::Nothing).unwrap();
         fs::remove_dir_all(&g1).unwrap();
-        assert_eq!(prepare(&dir).unwrap(), None);
+        assert_eq!(prepare(&dir, false).unwrap(), None);
         assert!(entries(&dir).is_empty(), "{:?}", entries(&dir));
     }
 
@@ -462,7 +762,7 @@ mod tests {
     fn a_directory_with_files_tend_did_not_write_is_refused() {
         let d = tempfile::tempdir().unwrap();
         fs::write(d.path().join("precious"), "x").unwrap();
-        let e = prepare(d.path()).unwrap_err().to_string();
+        let e = prepare(d.path(), false).unwrap_err().to_string();
         assert!(
             e.contains("\"precious\"") && e.contains("did not publish"),
             "{e}"
@@ -476,7 +776,7 @@ mod tests {
         fs::write(outside.path().join("a"), "planted").unwrap();
         let gen_name = "..2026_01_01_00_00_00.000000000";
         type Plant<'a> = &'a dyn Fn(&Path);
-        let plant: [(&str, Plant); 6] = [
+        let plant: [(&str, Plant); 8] = [
             ("a directory of the kubelet's style", &|d| {
                 fs::create_dir(d.join("..precious")).unwrap();
                 fs::write(d.join("..precious/file"), "x").unwrap();
@@ -498,12 +798,18 @@ mod tests {
             ("a name like a generation's", &|d| {
                 fs::create_dir(d.join("..2026-backup")).unwrap();
             }),
+            ("..previous as a directory", &|d| {
+                fs::create_dir(d.join(PREVIOUS)).unwrap();
+            }),
+            ("..rejected as a symlink", &|d| {
+                symlink(outside.path().join("a"), d.join(REJECTED)).unwrap();
+            }),
         ];
         for (what, plant) in plant {
             let d = tempfile::tempdir().unwrap();
             plant(d.path());
             let before = entries(d.path());
-            let e = prepare(d.path()).expect_err(what).to_string();
+            let e = prepare(d.path(), true).expect_err(what).to_string();
             assert!(e.contains("did not publish"), "{what}: {e}");
             assert_eq!(entries(d.path()), before, "{what}: nothing removed");
             assert!(!d.path().join("a").exists(), "{what}: no key linked");
@@ -515,7 +821,7 @@ mod tests {
     fn the_directory_is_created_readable() {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().join("a/b");
-        prepare(&dir).unwrap();
+        prepare(&dir, false).unwrap();
         let mode = fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode & 0o555, 0o555, "{mode:o}");
     }

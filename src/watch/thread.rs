@@ -114,7 +114,7 @@ pub enum Request {
         watch: WatchId,
         fingerprint: Fingerprint,
         candidate: PathBuf,
-        keep_previous: bool,
+        keep: publish::Keep,
     },
     /// Publish this earlier generation again (`verify` failed for the
     /// content with this fingerprint).
@@ -129,7 +129,7 @@ pub enum Done {
     Snapshot {
         watch: WatchId,
         fingerprint: Fingerprint,
-        result: Result<PathBuf, SnapshotError>,
+        result: Result<Candidate, SnapshotError>,
     },
     Published {
         watch: WatchId,
@@ -142,6 +142,15 @@ pub enum Done {
         fingerprint: Fingerprint,
         result: Result<(), String>,
     },
+}
+
+/// A candidate generation, copied from the watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    pub dir: PathBuf,
+    /// It is the content an earlier tend rolled back (its verify failed,
+    /// or was cut short): it is not applied again until it changes.
+    pub rejected: bool,
 }
 
 /// Why there is no candidate.
@@ -225,6 +234,7 @@ impl Handle {
                 })
                 .collect(),
             publish,
+            first: vec![true; watches.len()],
             paths: books.paths().map(<[PathBuf]>::to_vec).collect(),
             books,
             inotify,
@@ -305,6 +315,9 @@ struct Worker {
     /// Per watch, the service's `env_from` paths inside its `publish`
     /// directory, relative to it: what a candidate must hold readable.
     env_from: Vec<Vec<PathBuf>>,
+    /// Watches not snapshotted yet: their first candidate is compared with
+    /// what an earlier tend rolled back.
+    first: Vec<bool>,
     inotify: Option<Inotify>,
     mount_table: Option<File>,
     key: HashKey,
@@ -435,11 +448,11 @@ impl Worker {
                     watch,
                     fingerprint,
                     candidate,
-                    keep_previous,
+                    keep,
                 } => {
                     let result = match &self.publish[watch.0] {
                         Some(dir) => {
-                            publish::publish(dir, &candidate, keep_previous).map_err(|e| {
+                            publish::publish(dir, &candidate, &keep).map_err(|e| {
                                 // A candidate that cannot be published is of no use.
                                 let _ = publish::discard(dir, &candidate);
                                 e.to_string()
@@ -455,9 +468,9 @@ impl Worker {
                 }
                 Request::Rollback(id, fp, generation) => {
                     let result = match &self.publish[id.0] {
-                        Some(dir) => publish::publish(dir, &generation, false)
-                            .map(drop)
-                            .map_err(|e| e.to_string()),
+                        Some(dir) => {
+                            publish::roll_back(dir, &generation).map_err(|e| e.to_string())
+                        }
                         None => Err("the watch has no `publish` directory".into()),
                     };
                     self.finished(Done::RolledBack {
@@ -481,7 +494,7 @@ impl Worker {
     /// scan that fingerprints it: the candidate holds exactly the content
     /// whose fingerprint is `fp`, or there is none. The scan counts as any
     /// scan of the watch.
-    fn snapshot(&mut self, id: WatchId, fp: Fingerprint) -> Result<PathBuf, SnapshotError> {
+    fn snapshot(&mut self, id: WatchId, fp: Fingerprint) -> Result<Candidate, SnapshotError> {
         let Some(dir) = self.publish[id.0].clone() else {
             return Err(SnapshotError::Failed(
                 "the watch has no `publish` directory".into(),
@@ -506,10 +519,25 @@ impl Worker {
             self.post(scanned);
         }
         let unusable = match copy_outcome(copied, same) {
-            Ok(()) => match self.env_from_of(id, &dir, &candidate) {
-                Ok(()) => return Ok(candidate),
-                Err(e) => SnapshotError::Rejected(e),
-            },
+            Ok(()) => {
+                let first = std::mem::replace(&mut self.first[id.0], false);
+                match self.env_from_of(id, &dir, &candidate) {
+                    Ok(()) => {
+                        let rejected = first
+                            && publish::was_rejected(&dir, &candidate).unwrap_or_else(|e| {
+                                tracing::warn!(
+                                    "cannot tell whether the config was rolled back before: {e}"
+                                );
+                                false
+                            });
+                        return Ok(Candidate {
+                            dir: candidate,
+                            rejected,
+                        });
+                    }
+                    Err(e) => SnapshotError::Rejected(e),
+                }
+            }
             Err(e) => e,
         };
         if let Err(e) = publish::discard(&dir, &candidate) {
