@@ -310,6 +310,34 @@ fn check_output_is_kept_bounded_to_its_tail() {
     );
 }
 
+#[test]
+fn a_check_that_writes_without_pause_delays_no_signal_and_no_stop() {
+    let sb = Sandbox::new();
+    let conf = sb.path("config/app.conf");
+    // Passes on v0; on anything else writes without pause until it is killed.
+    let check = sh(&format!(
+        "[ \"$(cat {})\" = v0 ] && exit 0; exec yes flood",
+        conf.display()
+    ));
+    let cfg = k8s(
+        &sb,
+        "v0",
+        "",
+        &format!("on_change = \"signal\"\ncheck = {check}\ncheck_timeout = \"60s\"\n"),
+    );
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    update(&sb, "v1");
+    wait_for("the flooding check", secs(5.0), || {
+        (!processes_with("flood").is_empty()).then_some(())
+    });
+    for n in 1..=5 {
+        tend.signal(Signal::SIGUSR1);
+        sb.wait_log("service sig SIGUSR1", n, secs(5.0));
+    }
+    tend.signal(Signal::SIGTERM);
+    assert_eq!(tend.wait(secs(5.0)), 0, "{}", tend.stderr());
+}
+
 /// `k8s` with a check held at `gate` that records what it saw in checks.log.
 fn gated_k8s(sb: &Sandbox, gate: &Gate) -> PathBuf {
     let conf = sb.path("config/app.conf");

@@ -66,11 +66,13 @@ impl Job {
         self.pipe.as_ref().map(|p| p.as_fd())
     }
 
-    /// Reads what the pipe holds now, keeping the tail.
+    /// Reads what the pipe holds now, keeping the tail; at most a pipe's
+    /// worth (64 KiB) per call, so a job that writes without pause (`yes`)
+    /// cannot keep the loop reading: the rest waits for the next wake-up.
     pub fn read_output(&mut self) {
         let Some(pipe) = &self.pipe else { return };
         let mut buf = [0u8; 4096];
-        loop {
+        for _ in 0..16 {
             match nix::unistd::read(pipe, &mut buf) {
                 Ok(0) => {
                     self.pipe = None;
