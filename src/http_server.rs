@@ -55,6 +55,8 @@ const ACCEPT_PAUSE: Duration = Duration::from_millis(250);
 /// Bytes sent per connection and pass: a large page goes out over several
 /// wake-ups, with signals handled between them.
 const SEND_PER_PASS: usize = 64 * 1024;
+/// A failed accept() is logged at most this often.
+const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(60);
 /// Bytes read and dropped per connection and pass while lingering.
 const DRAIN_PER_PASS: usize = 16 * 1024;
 
@@ -116,6 +118,8 @@ pub struct HttpServer {
     paused_until: Option<Instant>,
     /// The connection limit was reached (said once until it is not).
     full: bool,
+    /// When a failed accept() was last logged (at most once a minute).
+    accept_warned: Option<Instant>,
     /// Pages made since the content last changed, by [`Page::index`].
     pages: [Option<Rc<Reply>>; 3],
 }
@@ -215,6 +219,7 @@ impl HttpServer {
             conns: Vec::new(),
             paused_until: None,
             full: false,
+            accept_warned: None,
             pages: Default::default(),
         })
     }
@@ -346,11 +351,15 @@ impl HttpServer {
                     | Errno::EOPNOTSUPP
                     | Errno::ENETUNREACH,
                 ) => {}
+                // Out of file descriptors while clients hold some: as at the
+                // connection limit, the oldest makes room, so that clients
+                // that hang cannot lock a probe out.
+                Err(e @ (Errno::EMFILE | Errno::ENFILE)) if !self.conns.is_empty() => {
+                    self.warn_accept(now, e, "the oldest connection is closed for each new one");
+                    self.close_oldest();
+                }
                 Err(e) => {
-                    tracing::warn!(
-                        "accept() on the HTTP server's {} failed: {e}; new connections wait {ACCEPT_PAUSE:?}",
-                        self.addr
-                    );
+                    self.warn_accept(now, e, &format!("new connections wait {ACCEPT_PAUSE:?}"));
                     self.paused_until = Some(now + ACCEPT_PAUSE);
                     break;
                 }
@@ -358,8 +367,24 @@ impl HttpServer {
         }
     }
 
+    /// Logs a failed accept(), at most once a minute: the failure may last
+    /// as long as a flood of clients does.
+    fn warn_accept(&mut self, now: Instant, e: Errno, then: &str) {
+        if self
+            .accept_warned
+            .is_some_and(|at| now.saturating_duration_since(at) < ACCEPT_WARN_EVERY)
+        {
+            return;
+        }
+        self.accept_warned = Some(now);
+        tracing::warn!(
+            "accept() on the HTTP server's {} failed: {e}; {then} (said at most once a minute while it lasts)",
+            self.addr
+        );
+    }
+
     fn close_oldest(&mut self) {
-        if !self.full {
+        if !self.full && self.conns.len() >= MAX_CONNECTIONS {
             self.full = true;
             tracing::warn!(
                 "the HTTP server on {} has {MAX_CONNECTIONS} connections open: the oldest is closed for each new one",

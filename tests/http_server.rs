@@ -527,6 +527,56 @@ fn slow_and_numerous_clients_delay_no_signal() {
 }
 
 #[test]
+fn clients_that_use_up_tends_descriptors_do_not_lock_a_probe_out() {
+    const LIMIT: u64 = 24;
+    let sb = Sandbox::new();
+    let cfg = config(&sb, "on_change = \"none\"");
+    let mut tend = sb
+        .tend()
+        .config(&cfg)
+        .pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: LIMIT,
+                rlim_max: LIMIT,
+            };
+            // SAFETY: setrlimit reads `lim`; async-signal-safe.
+            match unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        })
+        .start_ready();
+    let addr = address(&tend);
+    let free = LIMIT as usize - open_fds(&mut tend);
+    // More clients than tend has descriptors left, all silent.
+    let held: Vec<TcpStream> = (0..free + 20)
+        .map(|_| TcpStream::connect_timeout(&addr, secs(2.0)).unwrap())
+        .collect();
+    let asked = Instant::now();
+    let ready = get(addr, "/ready");
+    let took = asked.elapsed();
+    assert_eq!(ready.code, 200);
+    // The silent ones would hold their descriptors for 5 s each.
+    assert!(
+        took < secs(4.0),
+        "the probe was answered after {took:?}, behind clients that said nothing"
+    );
+    drop(held);
+    let log = tend.stderr();
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("accept() on the HTTP server"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{log}");
+    assert!(
+        warnings[0].contains("Too many open files"),
+        "{}",
+        warnings[0]
+    );
+    assert!(tend.is_running());
+}
+
+#[test]
 fn an_idle_server_does_not_wake_tend_up() {
     let sb = Sandbox::new();
     let cfg = config(&sb, "on_change = \"none\"");
