@@ -79,7 +79,17 @@ impl Page {
         }
     }
 
-    fn from_path(path: &str) -> Option<Page> {
+    /// The page a request target names: its path, in origin form
+    /// (`/ready?x`) or absolute form (`http://host:port/ready`, which
+    /// RFC 9112 has servers accept).
+    fn from_target(target: &str) -> Option<Page> {
+        let path = match target.get(..7) {
+            Some(scheme) if scheme.eq_ignore_ascii_case("http://") => {
+                let rest = &target[7..];
+                rest.find(['/', '?']).map_or("/", |at| &rest[at..])
+            }
+            _ => target,
+        };
         // The query (a probe's cache buster) does not matter.
         match path.split_once('?').map_or(path, |(p, _)| p) {
             "/ready" => Some(Page::Ready),
@@ -464,7 +474,7 @@ impl Conn {
 fn answer(buf: &[u8], page: &mut dyn FnMut(Page) -> Rc<Reply>) -> Option<Answer> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut request = httparse::Request::new(&mut headers);
-    let (method, path) = match request.parse(buf) {
+    let (method, target) = match request.parse(buf) {
         Ok(httparse::Status::Complete(_)) => (
             request.method.unwrap_or_default(),
             request.path.unwrap_or_default(),
@@ -482,7 +492,7 @@ fn answer(buf: &[u8], page: &mut dyn FnMut(Page) -> Rc<Reply>) -> Option<Answer>
         }
     };
     let head_only = method == "HEAD";
-    let out = match Page::from_path(path) {
+    let out = match Page::from_target(target) {
         None => response(Reply::text(404, "not found").into(), head_only, None),
         Some(_) if method != "GET" && !head_only => response(
             Reply::text(405, &format!("method {method} not allowed")).into(),
@@ -491,7 +501,7 @@ fn answer(buf: &[u8], page: &mut dyn FnMut(Page) -> Rc<Reply>) -> Option<Answer>
         ),
         Some(p) => response(page(p), head_only, None),
     };
-    tracing::debug!(method, path, "HTTP request answered");
+    tracing::debug!(method, target, "HTTP request answered");
     Some(out)
 }
 
@@ -565,6 +575,21 @@ mod tests {
     }
 
     #[test]
+    fn an_absolute_target_names_its_path() {
+        for target in [
+            "http://tend:9533/ready",
+            "HTTP://10.0.0.1/ready?x=1",
+            "http://[::1]:9533/ready",
+        ] {
+            let out = ask(&format!("GET {target} HTTP/1.1\r\n\r\n")).unwrap();
+            assert!(
+                out.ends_with("not ready: state starting\n"),
+                "{target}: {out}"
+            );
+        }
+    }
+
+    #[test]
     fn head_gets_the_headers_without_the_body() {
         let out = ask("HEAD /metrics HTTP/1.1\r\n\r\n").unwrap();
         assert!(out.contains("Content-Length: 4\r\n"), "{out}");
@@ -589,7 +614,9 @@ mod tests {
             "/readyz",
             "/ready/",
             "/../status",
-            "http://x/ready",
+            "http://x/readyz",
+            "http://x",
+            "ftp://x/ready",
             "*",
         ] {
             let out = ask(&format!("GET {path} HTTP/1.1\r\n\r\n")).unwrap();
