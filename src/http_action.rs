@@ -59,18 +59,21 @@ impl Endpoint {
         let (host, port) = split_host_port(authority).ok_or_else(|| {
             format!("{url:?}: write the host as an address, e.g. http://127.0.0.1:9090/-/reload")
         })?;
-        let ip: IpAddr = if host == "localhost" {
-            IpAddr::V4(Ipv4Addr::LOCALHOST)
-        } else {
-            host.trim_start_matches('[')
-                .trim_end_matches(']')
-                .parse()
-                .map_err(|_| {
-                    format!(
-                        "{url:?}: {host:?} is not an IP address (tend makes no DNS query: use the address, or localhost)"
-                    )
-                })?
+        // An IPv6 address is written in brackets, an IPv4 one without.
+        let ip = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            _ if host == "localhost" => Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            Some(v6) => v6.parse::<std::net::Ipv6Addr>().ok().map(IpAddr::V6),
+            None => host.parse::<Ipv4Addr>().ok().map(IpAddr::V4),
         };
+        let ip = ip.ok_or_else(|| {
+            format!(
+                "{url:?}: {host:?} is not an IP address (tend makes no DNS query: use the address, \
+                 like 127.0.0.1 or [::1], or localhost)"
+            )
+        })?;
+        if port == 0 {
+            return Err(format!("{url:?}: port 0 cannot be connected to"));
+        }
         Ok(Endpoint {
             method: method.to_string(),
             url: url.to_string(),
@@ -368,6 +371,10 @@ mod tests {
                 "http://user@127.0.0.1/",
                 "write the host as an address",
             ),
+            ("POST", "http://127.0.0.1:0/", "port 0"),
+            ("POST", "http://[127.0.0.1]/", "not an IP address"),
+            ("POST", "http://::1/", "not an IP address"),
+            ("POST", "http://[::1/", "not an IP address"),
             ("POST", "http://127.0.0.1/a b", "spaces"),
             ("post", "http://127.0.0.1/", "not an HTTP method"),
         ] {
