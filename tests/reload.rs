@@ -718,3 +718,33 @@ fn an_http_action_calls_the_reload_endpoint_and_retries_until_it_answers_2xx() {
     assert!(r.len() >= 2, "{r:?}");
     assert!(r.iter().all(|l| l == "POST /-/reload HTTP/1.1"), "{r:?}");
 }
+
+#[test]
+fn an_http_endpoint_that_never_answers_times_out_without_holding_tend_up() {
+    let sb = Sandbox::new();
+    let endpoint = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/-/reload", endpoint.local_addr().unwrap());
+    let cfg = k8s(
+        &sb,
+        "v0",
+        "",
+        &format!("on_change = \"http\"\nhttp = {{ url = {url:?}, timeout = \"3s\" }}\n"),
+    );
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    update(&sb, "v1");
+    // The call is in flight: its connection is taken, and never answered.
+    endpoint.set_nonblocking(true).unwrap();
+    let held = wait_for("the reload call", secs(10.0), || endpoint.accept().ok());
+    let asked = std::time::Instant::now();
+    tend.signal(Signal::SIGUSR1);
+    sb.wait_log("service sig SIGUSR1", 1, secs(10.0));
+    assert!(
+        asked.elapsed() < secs(2.0),
+        "a signal waited {:?} for the reload endpoint",
+        asked.elapsed()
+    );
+    tend.wait_stderr(&format!("POST {url}: no answer within 3s"), secs(10.0));
+    let st = sb.wait_state("reloading", secs(5.0));
+    assert_eq!(st["watches"][0]["result"], "action_failed");
+    drop(held);
+}
