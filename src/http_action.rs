@@ -123,27 +123,28 @@ pub fn argv(method: &str, url: &str, timeout: Duration) -> Vec<String> {
 /// exit code (0 for a 2xx answer).
 pub fn run(args: &[String]) -> i32 {
     let [method, url, timeout] = args else {
-        println!("usage: tend __http METHOD URL TIMEOUT_MS");
+        let _ = crate::cli::print("usage: tend __http METHOD URL TIMEOUT_MS\n");
         return 2;
     };
     let endpoint = match Endpoint::parse(method, url) {
         Ok(e) => e,
         Err(e) => {
-            println!("{e}");
+            let _ = crate::cli::print(&format!("{e}\n"));
             return 2;
         }
     };
     let timeout = Duration::from_millis(timeout.parse().unwrap_or(5000));
-    match call(&endpoint, timeout) {
-        Ok((code, line)) => {
-            println!("{} {url}: HTTP {code}{line}", endpoint.method);
-            if (200..300).contains(&code) { 0 } else { 1 }
-        }
-        Err(e) => {
-            println!("{} {url}: {e}", endpoint.method);
-            1
-        }
-    }
+    // What is printed goes to tend, which reads it as the action's output;
+    // the exit code is the verdict.
+    let (said, code) = match call(&endpoint, timeout) {
+        Ok((code, line)) => (
+            format!("HTTP {code}{line}"),
+            if (200..300).contains(&code) { 0 } else { 1 },
+        ),
+        Err(e) => (e, 1),
+    };
+    let _ = crate::cli::print(&format!("{} {url}: {said}\n", endpoint.method));
+    code
 }
 
 /// Sends the request; the status code and ": first line of the body".
