@@ -302,9 +302,16 @@ impl HttpServer {
         };
         self.conns.retain_mut(|c| {
             if now >= c.deadline {
-                tracing::debug!(
-                    "HTTP connection closed: open for {TIMEOUT:?} without a full request"
-                );
+                match c.stage {
+                    Stage::Reading(_) => tracing::debug!(
+                        "HTTP connection closed: open for {TIMEOUT:?} without a full request"
+                    ),
+                    Stage::Writing { .. } => tracing::debug!(
+                        "HTTP connection closed: open for {TIMEOUT:?} and its answer not all taken"
+                    ),
+                    // Answered: the client did not close it first.
+                    Stage::Lingering => {}
+                }
                 return false;
             }
             if !std::mem::take(&mut c.ready) {
