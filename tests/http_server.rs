@@ -577,6 +577,113 @@ fn clients_that_use_up_tends_descriptors_do_not_lock_a_probe_out() {
 }
 
 #[test]
+fn metrics_parse_strictly_whatever_the_watch_names() {
+    let sb = Sandbox::new();
+    let names = ["quote \" and \\ backslash", "line\nbreak"];
+    let mut toml = format!(
+        "[service]\ncommand = {}\n{}\n[http]\nlisten = \"127.0.0.1:0\"\n",
+        sb.service_toml(&[]),
+        sb.readiness_toml()
+    );
+    for (i, name) in names.iter().enumerate() {
+        let file = sb.write(&format!("w{i}.conf"), "ok");
+        toml.push_str(&format!(
+            "\n[[watch]]\nname = {name:?}\npaths = [{f:?}]\ncheck = [\"grep\", \"-q\", \"ok\", {f:?}]\n\
+             on_change = \"none\"\n",
+            f = file.display().to_string()
+        ));
+    }
+    let cfg = sb.config(&toml);
+    let tend = sb.tend().config(&cfg).start_ready();
+    let addr = address(&tend);
+    // A rejected change and a good one for the first watch.
+    sb.write("w0.conf", "bad");
+    wait_metric(addr, "reloader_last_reload_successful", 0.0);
+    sb.write("w0.conf", "ok 2");
+    let m = wait_metric(addr, "reloader_last_reload_successful", 1.0);
+
+    for name in names {
+        let series = |s: &str| format!("{s}{{watch={name:?}}}");
+        let labelled = |s: &str, l: &str, v: &str| format!("{s}{{{l}={v:?},watch={name:?}}}");
+        let checks: f64 = ["passed", "failed", "timed_out"]
+            .iter()
+            .map(|r| m[&labelled("tend_checks_total", "result", r)])
+            .sum();
+        let count = m[&series("tend_check_duration_seconds_count")];
+        assert!(count >= 1.0, "{name:?}");
+        assert_eq!(checks, count, "{name:?}: every check is in the histogram");
+        // Buckets are cumulative and end with +Inf, which is the count.
+        let mut buckets: Vec<(f64, f64)> = m
+            .iter()
+            .filter_map(|(k, v)| {
+                let le = k
+                    .strip_prefix("tend_check_duration_seconds_bucket{le=\"")?
+                    .strip_suffix(&format!("\",watch={name:?}}}"))?;
+                Some((le.parse::<f64>().unwrap(), *v))
+            })
+            .collect();
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        assert!(buckets.len() > 10, "{name:?}: {buckets:?}");
+        assert!(
+            buckets.windows(2).all(|w| w[0].1 <= w[1].1),
+            "{name:?}: not cumulative: {buckets:?}"
+        );
+        assert_eq!(buckets.last(), Some(&(f64::INFINITY, count)), "{name:?}");
+        assert!(m[&series("tend_check_duration_seconds_sum")] >= 0.0);
+        let results: f64 = ["pending", "applied", "invalid", "action_failed"]
+            .iter()
+            .map(|r| m[&labelled("tend_watch_result", "result", r)])
+            .sum();
+        assert_eq!(results, 1.0, "{name:?}: one result at a time");
+    }
+    assert_eq!(
+        m[&format!(
+            "tend_checks_total{{result=\"failed\",watch={:?}}}",
+            names[0]
+        )],
+        1.0
+    );
+}
+
+#[test]
+fn a_stop_is_not_held_up_by_clients() {
+    let sb = Sandbox::new();
+    sb.write("app.conf", "ok");
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = {}\nstop_timeout = \"2s\"\n{}\n[http]\nlisten = \"127.0.0.1:0\"\n",
+        sb.service_toml(&["--ignore-term"]),
+        sb.readiness_toml()
+    ));
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    let addr = address(&tend);
+    // Silent clients, and clients that ask for a page and never read it.
+    let mut held = Vec::new();
+    for i in 0..40 {
+        let mut s = TcpStream::connect_timeout(&addr, secs(2.0)).unwrap();
+        if i % 2 == 0 {
+            s.write_all(b"GET /status HTTP/1.1\r\n\r\n").unwrap();
+        }
+        held.push(s);
+    }
+    let stopped = Instant::now();
+    tend.signal(Signal::SIGTERM);
+    sb.wait_state("stopping", secs(5.0));
+    // Stopping, with the service waiting out its stop_timeout: not ready.
+    let ready = get(addr, "/ready");
+    assert_eq!(
+        (ready.code, ready.body.as_str()),
+        (503, "not ready: state stopping\n")
+    );
+    assert_eq!(tend.wait(secs(10.0)), 128 + 9);
+    let took = stopped.elapsed();
+    assert!(
+        took < secs(4.5),
+        "tend took {took:?} to stop with clients connected (stop_timeout 2s)"
+    );
+    drop(held);
+}
+
+#[test]
 fn an_idle_server_does_not_wake_tend_up() {
     let sb = Sandbox::new();
     let cfg = config(&sb, "on_change = \"none\"");
