@@ -683,6 +683,59 @@ fn a_stop_is_not_held_up_by_clients() {
     drop(held);
 }
 
+/// CPU time tend has used so far (from /proc/PID/schedstat).
+fn cpu_time(tend: &mut Tend) -> Duration {
+    let pid = tend.pid();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap();
+    Duration::from_nanos(stat.split_whitespace().next().unwrap().parse().unwrap())
+}
+
+#[test]
+fn a_client_that_wakes_tend_often_costs_it_little_however_large_the_status() {
+    const WATCHES: usize = 40;
+    let sb = Sandbox::new();
+    let mut toml = format!(
+        "[service]\ncommand = {}\n{}\n[http]\nlisten = \"127.0.0.1:0\"\n",
+        sb.service_toml(&[]),
+        sb.readiness_toml()
+    );
+    for i in 0..WATCHES {
+        let file = sb.write(&format!("w{i}.conf"), "ok");
+        // Each check leaves 4 KiB of output in the status.
+        let check = format!(
+            "head -c 4096 /dev/zero | tr '\\0' '.'; grep -q ok {}",
+            file.display()
+        );
+        toml.push_str(&format!(
+            "\n[[watch]]\nname = \"w{i}\"\npaths = [{:?}]\ncheck = {}\non_change = \"none\"\n",
+            file.display().to_string(),
+            sh(&check)
+        ));
+    }
+    let cfg = sb.config(&toml);
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    let addr = address(&tend);
+    let status = get(addr, "/status");
+    assert!(status.body.len() > WATCHES * 4096, "{}", status.body.len());
+
+    // A byte every 2 ms, never a whole request: each one wakes tend up.
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_nodelay(true).unwrap();
+    s.write_all(b"GET /ready HTTP/1.1\r\nX: ").unwrap();
+    let used = cpu_time(&mut tend);
+    let started = Instant::now();
+    while started.elapsed() < secs(2.0) {
+        s.write_all(b"a").unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let share = (cpu_time(&mut tend) - used).as_secs_f64() / started.elapsed().as_secs_f64();
+    assert!(
+        share < 0.25,
+        "tend used {:.0}% of a CPU for a client sending a byte every 2 ms",
+        share * 100.0
+    );
+}
+
 #[test]
 fn an_idle_server_does_not_wake_tend_up() {
     let sb = Sandbox::new();

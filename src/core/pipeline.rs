@@ -106,6 +106,8 @@ struct Entry {
     /// The service runs a config of this watch that passed its check and its
     /// action (readiness needs this of every watch).
     good: bool,
+    /// The last output of its check (or verify, or why tend failed), as
+    /// the status shows it: escaped once here, not at every status.
     check_output: String,
     changed_at: Option<SystemTime>,
     retry_delay: Duration,
@@ -147,10 +149,17 @@ pub struct Batch {
     pub execs: Vec<(Vec<String>, Vec<WatchId>)>,
 }
 
+/// A command's output as the status shows it: every control character but
+/// line breaks and tabs escaped.
+fn shown(output: &str) -> String {
+    crate::text::escape_keeping_lines(output)
+}
+
 /// One watch's part of the status file.
 pub struct Report<'a> {
     pub name: &'a str,
     pub result: WatchResult,
+    /// Escaped already.
     pub check_output: &'a str,
     pub changed_at: Option<SystemTime>,
     pub action_at: Option<SystemTime>,
@@ -279,7 +288,7 @@ impl Pipeline {
         let e = &mut self.entries[id.0];
         let again_in = e.recheck_delay;
         self.outcomes.push((id, false));
-        e.check_output = why;
+        e.check_output = shown(&why);
         e.good = false;
         if e.seen == Some(fp) {
             e.result = WatchResult::ActionFailed;
@@ -419,7 +428,7 @@ impl Pipeline {
         if e.stage != Stage::Checking(fp) {
             return Verdict::Stale;
         }
-        e.check_output = output;
+        e.check_output = shown(&output);
         if e.seen != Some(fp) {
             e.stage = Stage::NeedsCheck;
             return Verdict::Stale;
@@ -643,7 +652,7 @@ impl Pipeline {
         if e.stage != Stage::Verifying(fp) {
             return None;
         }
-        e.check_output = output;
+        e.check_output = shown(&output);
         e.result = WatchResult::Applied;
         self.outcomes.push((id, true));
         e.stage = if e.seen == Some(fp) {
@@ -668,7 +677,7 @@ impl Pipeline {
             return None;
         }
         self.outcomes.push((id, false));
-        e.check_output = output;
+        e.check_output = shown(&output);
         e.good = false;
         if let Some((dir, _)) = &e.previous {
             e.stage = Stage::RollingBack(fp);
@@ -703,7 +712,7 @@ impl Pipeline {
             Err(why) => {
                 e.result = WatchResult::ActionFailed;
                 e.check_output
-                    .push_str(&format!("\n[tend: the rollback failed: {why}]"));
+                    .push_str(&shown(&format!("\n[tend: the rollback failed: {why}]")));
                 e.stage = Stage::Idle;
             }
         }
