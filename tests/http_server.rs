@@ -356,6 +356,46 @@ fn other_methods_unknown_paths_and_oversize_requests_are_refused() {
 }
 
 #[test]
+fn unusual_clients_get_one_answer_each() {
+    let sb = Sandbox::new();
+    let cfg = config(&sb, "on_change = \"none\"");
+    let tend = sb.tend().config(&cfg).start_ready();
+    let addr = address(&tend);
+    let ready = "ready (state ready)\n";
+    for request in [
+        &b"GET /ready HTTP/1.0\r\n\r\n"[..],
+        b"GET /ready?verbose=1 HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET http://10.1.2.3:9533/ready HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /ready HTTP/1.1\nHost: x\n\n",
+        // A body on a GET, or a second request after the first: one
+        // answer, then the connection closes; nothing after the head is
+        // taken for a request.
+        b"GET /ready HTTP/1.1\r\nContent-Length: 25\r\n\r\nGET /status HTTP/1.1\r\n\r\n",
+        b"GET /ready HTTP/1.1\r\n\r\nGET /status HTTP/1.1\r\n\r\nGET /metrics HTTP/1.1\r\n\r\n",
+        b"GET /ready HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    ] {
+        let a = exchange(addr, request);
+        assert_eq!(
+            (a.code, a.body.as_str()),
+            (200, ready),
+            "{}",
+            String::from_utf8_lossy(request)
+        );
+    }
+    // A client that shuts its side down once it has asked (nc -N).
+    let mut s = TcpStream::connect_timeout(&addr, secs(2.0)).unwrap();
+    s.set_read_timeout(Some(secs(10.0))).unwrap();
+    s.write_all(b"GET /ready HTTP/1.1\r\n\r\n").unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    assert!(answer.ends_with(ready), "{answer}");
+    // A path that is not UTF-8.
+    assert_eq!(exchange(addr, b"GET /ready\xff HTTP/1.1\r\n\r\n").code, 400);
+}
+
+#[test]
 fn without_an_http_section_nothing_listens() {
     let sb = Sandbox::new();
     let cfg = config(&sb, "on_change = \"none\"");
