@@ -4,6 +4,7 @@
 //! tenth of the static binary (which shows in PID 1's resident memory).
 
 use std::ffi::OsString;
+use std::io::{ErrorKind, Write as _};
 use std::path::PathBuf;
 
 pub const USAGE: &str = "\
@@ -65,6 +66,22 @@ pub fn version() -> String {
         env!("CARGO_PKG_VERSION"),
         env!("TEND_GIT_COMMIT")
     )
+}
+
+/// Writes `text` to stdout. A reader that went away (`tend help | head -1`)
+/// is not an error: nobody is left to read what was not written.
+pub fn print(text: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
+/// Writes `tend: {message}` to stderr. Nothing is left to tell when that
+/// fails (stderr closed or its reader gone), so a failure is ignored.
+pub fn complain(message: impl std::fmt::Display) {
+    let _ = writeln!(std::io::stderr().lock(), "tend: {message}");
 }
 
 #[derive(Debug, PartialEq, Eq)]

@@ -12,7 +12,7 @@
 //! endpoint is the service's own, on loopback or the pod's address, and a
 //! static PID 1 makes no DNS query.
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -59,18 +59,21 @@ impl Endpoint {
         let (host, port) = split_host_port(authority).ok_or_else(|| {
             format!("{url:?}: write the host as an address, e.g. http://127.0.0.1:9090/-/reload")
         })?;
-        let ip: IpAddr = if host == "localhost" {
-            IpAddr::V4(Ipv4Addr::LOCALHOST)
-        } else {
-            host.trim_start_matches('[')
-                .trim_end_matches(']')
-                .parse()
-                .map_err(|_| {
-                    format!(
-                        "{url:?}: {host:?} is not an IP address (tend makes no DNS query: use the address, or localhost)"
-                    )
-                })?
+        // An IPv6 address is written in brackets, an IPv4 one without.
+        let ip = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            _ if host == "localhost" => Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            Some(v6) => v6.parse::<std::net::Ipv6Addr>().ok().map(IpAddr::V6),
+            None => host.parse::<Ipv4Addr>().ok().map(IpAddr::V4),
         };
+        let ip = ip.ok_or_else(|| {
+            format!(
+                "{url:?}: {host:?} is not an IP address (tend makes no DNS query: use the address, \
+                 like 127.0.0.1 or [::1], or localhost)"
+            )
+        })?;
+        if port == 0 {
+            return Err(format!("{url:?}: port 0 cannot be connected to"));
+        }
         Ok(Endpoint {
             method: method.to_string(),
             url: url.to_string(),
@@ -120,40 +123,47 @@ pub fn argv(method: &str, url: &str, timeout: Duration) -> Vec<String> {
 /// exit code (0 for a 2xx answer).
 pub fn run(args: &[String]) -> i32 {
     let [method, url, timeout] = args else {
-        println!("usage: tend __http METHOD URL TIMEOUT_MS");
+        let _ = crate::cli::print("usage: tend __http METHOD URL TIMEOUT_MS\n");
         return 2;
     };
     let endpoint = match Endpoint::parse(method, url) {
         Ok(e) => e,
         Err(e) => {
-            println!("{e}");
+            let _ = crate::cli::print(&format!("{e}\n"));
             return 2;
         }
     };
     let timeout = Duration::from_millis(timeout.parse().unwrap_or(5000));
-    match call(&endpoint, timeout) {
-        Ok((code, line)) => {
-            println!("{} {url}: HTTP {code}{line}", endpoint.method);
-            if (200..300).contains(&code) { 0 } else { 1 }
-        }
-        Err(e) => {
-            println!("{} {url}: {e}", endpoint.method);
-            1
-        }
-    }
+    // What is printed goes to tend, which reads it as the action's output;
+    // the exit code is the verdict.
+    let (said, code) = match call(&endpoint, timeout) {
+        Ok((code, line)) => (
+            format!("HTTP {code}{line}"),
+            if (200..300).contains(&code) { 0 } else { 1 },
+        ),
+        Err(e) => (e, 1),
+    };
+    let _ = crate::cli::print(&format!("{} {url}: {said}\n", endpoint.method));
+    code
 }
 
 /// Sends the request; the status code and ": first line of the body".
 fn call(endpoint: &Endpoint, timeout: Duration) -> Result<(u16, String), String> {
     let deadline = Instant::now() + timeout;
+    let late = || format!("no answer within {timeout:?}");
     let left = || {
         deadline
             .checked_duration_since(Instant::now())
             .filter(|d| !d.is_zero())
-            .ok_or_else(|| format!("no answer within {timeout:?}"))
+            .ok_or_else(late)
     };
-    let mut stream = TcpStream::connect_timeout(&endpoint.addr, left()?)
-        .map_err(|e| format!("cannot connect to {}: {e}", endpoint.addr))?;
+    let mut stream = TcpStream::connect_timeout(&endpoint.addr, left()?).map_err(|e| {
+        if e.kind() == ErrorKind::TimedOut {
+            format!("cannot connect to {} within {timeout:?}", endpoint.addr)
+        } else {
+            format!("cannot connect to {}: {e}", endpoint.addr)
+        }
+    })?;
     let request = format!(
         "{} {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: tend/{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
         endpoint.method,
@@ -164,53 +174,168 @@ fn call(endpoint: &Endpoint, timeout: Duration) -> Result<(u16, String), String>
     stream
         .set_write_timeout(Some(left()?))
         .and_then(|()| stream.write_all(request.as_bytes()))
-        .map_err(|e| format!("cannot send the request: {e}"))?;
+        .map_err(|e| match e.kind() {
+            ErrorKind::WouldBlock | ErrorKind::TimedOut => late(),
+            _ => format!("cannot send the request: {e}"),
+        })?;
+    let head_only = endpoint.method == "HEAD";
     let mut answer = Vec::new();
     let mut buf = [0u8; 4096];
-    loop {
+    // Until the answer says what it has to say: its status and the first
+    // line of its body, or all of a shorter body. A server may keep the
+    // connection open (despite `Connection: close`), so its end is not
+    // waited for when the answer's length is known.
+    let ended = loop {
+        let timed_out = |what: &[u8]| match read_final(what, head_only) {
+            Ok(Some(_)) => Ok(false),
+            Ok(None) if what.is_empty() => Err(late()),
+            Ok(None) => Err(format!("no complete answer within {timeout:?}")),
+            Err(e) => Err(e),
+        };
+        let Ok(wait) = left() else {
+            break timed_out(&answer)?;
+        };
         stream
-            .set_read_timeout(Some(left()?))
-            .map_err(|e| format!("setsockopt(): {e}"))?;
+            .set_read_timeout(Some(wait))
+            .map_err(|e| format!("setsockopt(SO_RCVTIMEO): {e}"))?;
         let n = match stream.read(&mut buf) {
             Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                break timed_out(&answer)?;
+            }
             Err(e) if answer.is_empty() => return Err(format!("no answer: {e}")),
-            // The head is there: a reset after it still says what happened.
+            // The head may be there: a reset after it still says what happened.
             Err(_) => 0,
         };
         answer.extend_from_slice(&buf[..n]);
-        if n == 0 || answer.len() >= MAX_ANSWER || body_started(&answer) {
-            break;
+        if n == 0 {
+            break true;
+        }
+        if answer.len() >= MAX_ANSWER {
+            break false;
+        }
+        if let Some(a) = read_final(&answer, head_only)?
+            && (a.complete || first_line(&a.body, false).is_some())
+        {
+            break false;
+        }
+    };
+    summarize(&answer, head_only).map_err(|e| match e {
+        Incomplete::Head if ended => "the answer ended inside its head".to_string(),
+        Incomplete::Head => format!("the answer's head is larger than {MAX_ANSWER} bytes"),
+        Incomplete::Bad(e) => e,
+    })
+}
+
+enum Incomplete {
+    /// The head of the final answer is not all there.
+    Head,
+    Bad(String),
+}
+
+/// The status code of the final answer in `answer`, and ": the first line of
+/// its body" (escaped).
+fn summarize(answer: &[u8], head_only: bool) -> Result<(u16, String), Incomplete> {
+    let a = read_final(answer, head_only)
+        .map_err(Incomplete::Bad)?
+        .ok_or(Incomplete::Head)?;
+    let line = first_line(&a.body, true).map_or(String::new(), |l| {
+        format!(": {}", crate::text::summary(&String::from_utf8_lossy(l)))
+    });
+    Ok((a.code, line))
+}
+
+/// The final answer in what arrived so far (interim 1xx answers skipped).
+struct Final {
+    code: u16,
+    /// What arrived of the body (without the chunked coding).
+    body: Vec<u8>,
+    /// Whether that is all of it.
+    complete: bool,
+}
+
+/// The final answer in `bytes`, or None while its head is incomplete.
+fn read_final(mut bytes: &[u8], head_only: bool) -> Result<Option<Final>, String> {
+    loop {
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut response = httparse::Response::new(&mut headers);
+        let at = match response.parse(bytes) {
+            Ok(httparse::Status::Complete(at)) => at,
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(e) => return Err(format!("not an HTTP answer: {e}")),
+        };
+        let code = response.code.unwrap_or(0);
+        let rest = &bytes[at..];
+        if (100..200).contains(&code) && code != 101 {
+            bytes = rest;
+            continue;
+        }
+        let header = |name: &str| {
+            response
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case(name))
+                .map(|h| String::from_utf8_lossy(h.value).trim().to_ascii_lowercase())
+        };
+        let (body, complete) = if head_only || code == 204 || code == 304 {
+            (Vec::new(), true)
+        } else if header("transfer-encoding").is_some_and(|te| te.ends_with("chunked")) {
+            dechunk(rest)
+        } else if let Some(length) = header("content-length").and_then(|l| l.parse().ok()) {
+            let body = &rest[..rest.len().min(length)];
+            (body.to_vec(), body.len() == length)
+        } else {
+            // Until the server closes the connection.
+            (rest.to_vec(), false)
+        };
+        return Ok(Some(Final {
+            code,
+            body,
+            complete,
+        }));
+    }
+}
+
+/// The body in `bytes` of the chunked coding, as far as it arrived, and
+/// whether it is all there.
+fn dechunk(mut bytes: &[u8]) -> (Vec<u8>, bool) {
+    let mut body = Vec::new();
+    loop {
+        let Some(eol) = bytes.windows(2).position(|w| w == b"\r\n") else {
+            return (body, false);
+        };
+        let size = std::str::from_utf8(&bytes[..eol])
+            .ok()
+            .and_then(|l| usize::from_str_radix(l.split(';').next()?.trim(), 16).ok());
+        // A size that is not one ends what can be read.
+        let Some(size) = size.filter(|s| *s > 0) else {
+            return (body, true);
+        };
+        let data = &bytes[eol + 2..];
+        if data.len() < size {
+            body.extend_from_slice(data);
+            return (body, false);
+        }
+        body.extend_from_slice(&data[..size]);
+        bytes = data[size..].strip_prefix(b"\r\n").unwrap_or_default();
+    }
+}
+
+/// The first line of `body` with something on it; with `partial`, also one
+/// that has not ended yet.
+fn first_line(body: &[u8], partial: bool) -> Option<&[u8]> {
+    let mut lines = body.split(|b| *b == b'\n').peekable();
+    while let Some(line) = lines.next() {
+        let ended = lines.peek().is_some();
+        if !ended && !partial {
+            return None;
+        }
+        if !line.trim_ascii().is_empty() {
+            return Some(line.trim_ascii());
         }
     }
-    summarize(&answer)
-}
-
-/// Whether the head and a first line of the body (or the whole of a short
-/// body) have arrived.
-fn body_started(answer: &[u8]) -> bool {
-    let mut headers = [httparse::EMPTY_HEADER; 64];
-    let mut response = httparse::Response::new(&mut headers);
-    match response.parse(answer) {
-        Ok(httparse::Status::Complete(at)) => answer[at..].contains(&b'\n'),
-        _ => false,
-    }
-}
-
-/// The status code of an answer, and ": its body's first line" (escaped).
-fn summarize(answer: &[u8]) -> Result<(u16, String), String> {
-    let mut headers = [httparse::EMPTY_HEADER; 64];
-    let mut response = httparse::Response::new(&mut headers);
-    let at = match response.parse(answer) {
-        Ok(httparse::Status::Complete(at)) => at,
-        Ok(httparse::Status::Partial) => return Err("the answer ended inside its head".into()),
-        Err(e) => return Err(format!("not an HTTP answer: {e}")),
-    };
-    let code = response.code.unwrap_or(0);
-    let body = String::from_utf8_lossy(&answer[at..]);
-    let first = body.lines().map(str::trim).find(|l| !l.is_empty());
-    let line = first.map_or(String::new(), |l| format!(": {}", crate::text::summary(l)));
-    Ok((code, line))
+    None
 }
 
 #[cfg(test)]
@@ -247,6 +372,10 @@ mod tests {
                 "http://user@127.0.0.1/",
                 "write the host as an address",
             ),
+            ("POST", "http://127.0.0.1:0/", "port 0"),
+            ("POST", "http://[127.0.0.1]/", "not an IP address"),
+            ("POST", "http://::1/", "not an IP address"),
+            ("POST", "http://[::1/", "not an IP address"),
             ("POST", "http://127.0.0.1/a b", "spaces"),
             ("post", "http://127.0.0.1/", "not an HTTP method"),
         ] {
@@ -255,17 +384,130 @@ mod tests {
         }
     }
 
+    fn summary(answer: &[u8]) -> Result<(u16, String), String> {
+        summarize(answer, false).map_err(|e| match e {
+            Incomplete::Head => "incomplete".into(),
+            Incomplete::Bad(e) => e,
+        })
+    }
+
     #[test]
     fn an_answer_is_its_status_and_the_first_line_of_its_body() {
         let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
-        assert_eq!(summarize(ok).unwrap(), (200, String::new()));
+        assert_eq!(summary(ok).unwrap(), (200, String::new()));
         let bad = b"HTTP/1.1 500 Internal Server Error\r\n\r\n\nfailed to reload config: \x1b[31mbad\nmore\n";
-        let (code, line) = summarize(bad).unwrap();
+        let (code, line) = summary(bad).unwrap();
         assert_eq!(code, 500);
         assert!(line.starts_with(": failed to reload config: "), "{line}");
         assert!(!line.contains('\x1b'), "escaped: {line}");
-        assert!(summarize(b"HTTP/1.1 200").is_err());
-        assert!(summarize(b"SSH-2.0-OpenSSH\r\n").is_err());
+        assert_eq!(summary(b"HTTP/1.1 200").unwrap_err(), "incomplete");
+        assert!(
+            summary(b"SSH-2.0-OpenSSH\r\n")
+                .unwrap_err()
+                .contains("not an HTTP answer")
+        );
+        let chunked = b"HTTP/1.1 500 Oops\r\nTransfer-Encoding: chunked\r\n\r\n\
+                        7\r\nfailed \r\n9;x=1\r\nto reload\r\n1\r\n\n\r\n0\r\n\r\n";
+        assert_eq!(
+            summary(chunked).unwrap(),
+            (500, ": failed to reload".into()),
+            "the first line of the body, not a chunk's size"
+        );
+        let interim =
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n";
+        assert_eq!(
+            summary(interim).unwrap(),
+            (200, ": ok".into()),
+            "1xx is skipped"
+        );
+    }
+
+    /// Answers the first connection to a new listener with `answer`, then
+    /// holds it open until the returned sender is dropped. Returns its URL.
+    fn server(answer: &'static [u8], pause: Duration) -> (String, std::sync::mpsc::Sender<()>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/-/reload", listener.local_addr().unwrap());
+        let (hold, held) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut req = [0u8; 1024];
+            let _ = conn.read(&mut req);
+            for byte in answer {
+                if conn.write_all(&[*byte]).is_err() {
+                    return;
+                }
+                std::thread::sleep(pause);
+            }
+            let _ = held.recv();
+        });
+        (url, hold)
+    }
+
+    fn timed_call(
+        url: &str,
+        method: &str,
+        timeout: Duration,
+    ) -> (Result<(u16, String), String>, Duration) {
+        let e = Endpoint::parse(method, url).unwrap();
+        let started = Instant::now();
+        let result = call(&e, timeout);
+        (result, started.elapsed())
+    }
+
+    #[test]
+    fn an_answer_of_known_length_is_not_waited_on_past_its_end() {
+        let long = Duration::from_secs(30);
+        for (answer, method, expected) in [
+            (
+                &b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"[..],
+                "POST",
+                (200, ""),
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+                "POST",
+                (200, ": ok"),
+            ),
+            (b"HTTP/1.1 204 No Content\r\n\r\n", "POST", (204, "")),
+            (
+                b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n",
+                "HEAD",
+                (200, ""),
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+                "POST",
+                (200, ": ok"),
+            ),
+        ] {
+            let (url, _hold) = server(answer, Duration::ZERO);
+            let (result, took) = timed_call(&url, method, long);
+            let (code, line) = result.unwrap();
+            assert_eq!((code, line.as_str()), expected);
+            assert!(
+                took < long / 2,
+                "{method} waited {took:?} for the server to close"
+            );
+        }
+    }
+
+    #[test]
+    fn a_server_that_does_not_answer_in_time_is_a_timeout() {
+        let (url, _hold) = server(b"", Duration::ZERO);
+        let (result, took) = timed_call(&url, "POST", Duration::from_millis(300));
+        assert_eq!(result.unwrap_err(), "no answer within 300ms");
+        assert!(took >= Duration::from_millis(300), "{took:?}");
+        // Byte by byte, slower than the timeout allows.
+        let (url, _hold) = server(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+            Duration::from_millis(50),
+        );
+        let (result, _) = timed_call(&url, "POST", Duration::from_millis(300));
+        assert_eq!(result.unwrap_err(), "no complete answer within 300ms");
+        // The head in time: its status counts, the rest of the body is not awaited.
+        let (url, _hold) = server(b"HTTP/1.1 500 Oops\r\n\r\nfailed", Duration::ZERO);
+        let (result, _) = timed_call(&url, "POST", Duration::from_millis(300));
+        assert_eq!(result.unwrap(), (500, ": failed".into()));
     }
 
     #[test]

@@ -20,9 +20,14 @@
 //!
 //! Requests are parsed by `httparse`. The pages themselves come from the
 //! caller ([`Page`] in, [`Reply`] out): this module knows HTTP, not tend.
+//! A page is made once and shared by every answer until the caller says the
+//! content changed ([`HttpServer::content_changed`]): many clients asking
+//! at once cost PID 1 one page, not one each.
 
+use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -47,6 +52,11 @@ const MAX_HEADERS: usize = 32;
 /// accept() failed for want of file descriptors or memory: the listener is
 /// left alone this long, rather than polled in a busy loop.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(250);
+/// Bytes sent per connection and pass: a large page goes out over several
+/// wake-ups, with signals handled between them.
+const SEND_PER_PASS: usize = 64 * 1024;
+/// A failed accept() is logged at most this often.
+const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(60);
 /// Bytes read and dropped per connection and pass while lingering.
 const DRAIN_PER_PASS: usize = 16 * 1024;
 
@@ -61,7 +71,25 @@ pub enum Page {
 impl Page {
     const ALLOW: &str = "GET, HEAD";
 
-    fn from_path(path: &str) -> Option<Page> {
+    fn index(self) -> usize {
+        match self {
+            Page::Ready => 0,
+            Page::Status => 1,
+            Page::Metrics => 2,
+        }
+    }
+
+    /// The page a request target names: its path, in origin form
+    /// (`/ready?x`) or absolute form (`http://host:port/ready`, which
+    /// RFC 9112 has servers accept).
+    fn from_target(target: &str) -> Option<Page> {
+        let path = match target.get(..7) {
+            Some(scheme) if scheme.eq_ignore_ascii_case("http://") => {
+                let rest = &target[7..];
+                rest.find(['/', '?']).map_or("/", |at| &rest[at..])
+            }
+            _ => target,
+        };
         // The query (a probe's cache buster) does not matter.
         match path.split_once('?').map_or(path, |(p, _)| p) {
             "/ready" => Some(Page::Ready),
@@ -100,6 +128,10 @@ pub struct HttpServer {
     paused_until: Option<Instant>,
     /// The connection limit was reached (said once until it is not).
     full: bool,
+    /// When a failed accept() was last logged (at most once a minute).
+    accept_warned: Option<Instant>,
+    /// Pages made since the content last changed, by [`Page::index`].
+    pages: [Option<Rc<Reply>>; 3],
 }
 
 struct Conn {
@@ -115,12 +147,47 @@ enum Stage {
     /// The request head so far.
     Reading(Vec<u8>),
     Writing {
-        out: Vec<u8>,
+        answer: Answer,
         sent: usize,
     },
     /// Answered and shut for writing: what the client still sends is read
     /// and dropped until it closes (see [`LINGER`]).
     Lingering,
+}
+
+/// An answer on its way: its head, then the body of a reply (which cached
+/// pages share), unless the request was HEAD.
+struct Answer {
+    head: Vec<u8>,
+    body: Option<Rc<Reply>>,
+}
+
+impl Answer {
+    fn body(&self) -> &[u8] {
+        self.body.as_ref().map_or(&[], |r| &r.body)
+    }
+
+    fn len(&self) -> usize {
+        self.head.len() + self.body().len()
+    }
+
+    /// The next bytes to send after `sent`, at most [`SEND_PER_PASS`].
+    fn next(&self, sent: usize) -> Vec<IoSlice<'_>> {
+        let body = self.body();
+        match self.head.get(sent..) {
+            Some(head) if !head.is_empty() => {
+                let room = SEND_PER_PASS.saturating_sub(head.len());
+                vec![
+                    IoSlice::new(head),
+                    IoSlice::new(&body[..body.len().min(room)]),
+                ]
+            }
+            _ => {
+                let rest = &body[sent - self.head.len()..];
+                vec![IoSlice::new(&rest[..rest.len().min(SEND_PER_PASS)])]
+            }
+        }
+    }
 }
 
 /// Whether a connection stays open after a step.
@@ -162,6 +229,8 @@ impl HttpServer {
             conns: Vec::new(),
             paused_until: None,
             full: false,
+            accept_warned: None,
+            pages: Default::default(),
         })
     }
 
@@ -208,9 +277,16 @@ impl HttpServer {
             .min()
     }
 
+    /// The content of the pages changed: the next request for each page
+    /// has it made again.
+    pub fn content_changed(&mut self) {
+        self.pages = Default::default();
+    }
+
     /// Accepts, reads, answers and closes what is ready or due, without
-    /// waiting. `page` makes the body of a page when a request asks for it.
-    pub fn serve(&mut self, now: Instant, page: &mut dyn FnMut(Page) -> Reply) {
+    /// waiting. `make` makes a page when a request asks for one that was not
+    /// made since the content last changed.
+    pub fn serve(&mut self, now: Instant, make: &mut dyn FnMut(Page) -> Reply) {
         if self.paused_until.is_some_and(|at| now >= at) {
             self.paused_until = None;
             self.listener_ready = true;
@@ -218,11 +294,24 @@ impl HttpServer {
         if std::mem::take(&mut self.listener_ready) && self.paused_until.is_none() {
             self.accept(now);
         }
+        let pages = &mut self.pages;
+        let page = &mut |p: Page| -> Rc<Reply> {
+            pages[p.index()]
+                .get_or_insert_with(|| Rc::new(make(p)))
+                .clone()
+        };
         self.conns.retain_mut(|c| {
             if now >= c.deadline {
-                tracing::debug!(
-                    "HTTP connection closed: open for {TIMEOUT:?} without a full request"
-                );
+                match c.stage {
+                    Stage::Reading(_) => tracing::debug!(
+                        "HTTP connection closed: open for {TIMEOUT:?} without a full request"
+                    ),
+                    Stage::Writing { .. } => tracing::debug!(
+                        "HTTP connection closed: open for {TIMEOUT:?} and its answer not all taken"
+                    ),
+                    // Answered: the client did not close it first.
+                    Stage::Lingering => {}
+                }
                 return false;
             }
             if !std::mem::take(&mut c.ready) {
@@ -279,11 +368,15 @@ impl HttpServer {
                     | Errno::EOPNOTSUPP
                     | Errno::ENETUNREACH,
                 ) => {}
+                // Out of file descriptors while clients hold some: as at the
+                // connection limit, the oldest makes room, so that clients
+                // that hang cannot lock a probe out.
+                Err(e @ (Errno::EMFILE | Errno::ENFILE)) if !self.conns.is_empty() => {
+                    self.warn_accept(now, e, "the oldest connection is closed for each new one");
+                    self.close_oldest();
+                }
                 Err(e) => {
-                    tracing::warn!(
-                        "accept() on the HTTP server's {} failed: {e}; new connections wait {ACCEPT_PAUSE:?}",
-                        self.addr
-                    );
+                    self.warn_accept(now, e, &format!("new connections wait {ACCEPT_PAUSE:?}"));
                     self.paused_until = Some(now + ACCEPT_PAUSE);
                     break;
                 }
@@ -291,8 +384,24 @@ impl HttpServer {
         }
     }
 
+    /// Logs a failed accept(), at most once a minute: the failure may last
+    /// as long as a flood of clients does.
+    fn warn_accept(&mut self, now: Instant, e: Errno, then: &str) {
+        if self
+            .accept_warned
+            .is_some_and(|at| now.saturating_duration_since(at) < ACCEPT_WARN_EVERY)
+        {
+            return;
+        }
+        self.accept_warned = Some(now);
+        tracing::warn!(
+            "accept() on the HTTP server's {} failed: {e}; {then} (said at most once a minute while it lasts)",
+            self.addr
+        );
+    }
+
     fn close_oldest(&mut self) {
-        if !self.full {
+        if !self.full && self.conns.len() >= MAX_CONNECTIONS {
             self.full = true;
             tracing::warn!(
                 "the HTTP server on {} has {MAX_CONNECTIONS} connections open: the oldest is closed for each new one",
@@ -313,7 +422,7 @@ impl HttpServer {
 
 impl Conn {
     /// One step: a read, a write, or a few reads while lingering.
-    fn step(&mut self, now: Instant, page: &mut dyn FnMut(Page) -> Reply) -> Step {
+    fn step(&mut self, now: Instant, page: &mut dyn FnMut(Page) -> Rc<Reply>) -> Step {
         let fd = self.fd.as_raw_fd();
         match &mut self.stage {
             Stage::Reading(buf) => {
@@ -326,20 +435,22 @@ impl Conn {
                     Err(_) => return Step::Close,
                 }
                 match answer(buf, page) {
-                    Some(out) => {
-                        self.stage = Stage::Writing { out, sent: 0 };
+                    Some(answer) => {
+                        self.stage = Stage::Writing { answer, sent: 0 };
                         Step::Next
                     }
                     None => Step::Wait,
                 }
             }
-            Stage::Writing { out, sent } => {
-                match nix::sys::socket::send(fd, &out[*sent..], MsgFlags::MSG_NOSIGNAL) {
+            Stage::Writing { answer, sent } => {
+                let next = answer.next(*sent);
+                match nix::sys::socket::sendmsg::<()>(fd, &next, &[], MsgFlags::MSG_NOSIGNAL, None)
+                {
                     Ok(n) => *sent += n,
                     Err(Errno::EAGAIN | Errno::EINTR) => return Step::Wait,
                     Err(_) => return Step::Close,
                 }
-                if *sent < out.len() {
+                if *sent < answer.len() {
                     return Step::Wait;
                 }
                 if nix::sys::socket::shutdown(fd, Shutdown::Write).is_err() {
@@ -365,12 +476,12 @@ impl Conn {
     }
 }
 
-/// The whole answer to the request head in `buf`, or None while it is
+/// The answer to the request head in `buf`, or None while it is
 /// incomplete (and shorter than [`MAX_REQUEST`]).
-pub fn answer(buf: &[u8], page: &mut dyn FnMut(Page) -> Reply) -> Option<Vec<u8>> {
+fn answer(buf: &[u8], page: &mut dyn FnMut(Page) -> Rc<Reply>) -> Option<Answer> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut request = httparse::Request::new(&mut headers);
-    let (method, path) = match request.parse(buf) {
+    let (method, target) = match request.parse(buf) {
         Ok(httparse::Status::Complete(_)) => (
             request.method.unwrap_or_default(),
             request.path.unwrap_or_default(),
@@ -380,32 +491,29 @@ pub fn answer(buf: &[u8], page: &mut dyn FnMut(Page) -> Reply) -> Option<Vec<u8>
             let why = format!(
                 "request head too large: at most {MAX_REQUEST} bytes and {MAX_HEADERS} headers"
             );
-            return Some(response(&Reply::text(431, &why), false, None));
+            return Some(response(Reply::text(431, &why).into(), false, None));
         }
         Err(e) => {
-            return Some(response(
-                &Reply::text(400, &format!("bad request: {e}")),
-                false,
-                None,
-            ));
+            let reply = Reply::text(400, &format!("bad request: {e}"));
+            return Some(response(reply.into(), false, None));
         }
     };
     let head_only = method == "HEAD";
-    let out = match Page::from_path(path) {
-        None => response(&Reply::text(404, "not found"), head_only, None),
+    let out = match Page::from_target(target) {
+        None => response(Reply::text(404, "not found").into(), head_only, None),
         Some(_) if method != "GET" && !head_only => response(
-            &Reply::text(405, &format!("method {method} not allowed")),
+            Reply::text(405, &format!("method {method} not allowed")).into(),
             false,
             Some(Page::ALLOW),
         ),
-        Some(p) => response(&page(p), head_only, None),
+        Some(p) => response(page(p), head_only, None),
     };
-    tracing::debug!(method, path, "HTTP request answered");
+    tracing::debug!(method, target, "HTTP request answered");
     Some(out)
 }
 
 /// An HTTP/1.1 answer that closes the connection.
-fn response(content: &Reply, head_only: bool, allow: Option<&str>) -> Vec<u8> {
+fn response(content: Rc<Reply>, head_only: bool, allow: Option<&str>) -> Answer {
     let reason = match content.code {
         200 => "OK",
         400 => "Bad Request",
@@ -415,7 +523,7 @@ fn response(content: &Reply, head_only: bool, allow: Option<&str>) -> Vec<u8> {
         503 => "Service Unavailable",
         _ => "",
     };
-    let mut out = format!(
+    let mut head = format!(
         "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\n\
          Cache-Control: no-store\r\nConnection: close\r\n",
         content.code,
@@ -423,14 +531,13 @@ fn response(content: &Reply, head_only: bool, allow: Option<&str>) -> Vec<u8> {
         content.body.len()
     );
     if let Some(allow) = allow {
-        out.push_str(&format!("Allow: {allow}\r\n"));
+        head.push_str(&format!("Allow: {allow}\r\n"));
     }
-    out.push_str("\r\n");
-    let mut out = out.into_bytes();
-    if !head_only {
-        out.extend_from_slice(&content.body);
+    head.push_str("\r\n");
+    Answer {
+        head: head.into_bytes(),
+        body: (!head_only).then_some(content),
     }
-    out
 }
 
 #[cfg(test)]
@@ -450,7 +557,11 @@ mod tests {
     }
 
     fn ask(request: &str) -> Option<String> {
-        answer(request.as_bytes(), &mut pages).map(|b| String::from_utf8(b).unwrap())
+        answer(request.as_bytes(), &mut |p| Rc::new(pages(p))).map(|a| {
+            let mut out = a.head.clone();
+            out.extend_from_slice(a.body());
+            String::from_utf8(out).unwrap()
+        })
     }
 
     #[test]
@@ -468,6 +579,21 @@ mod tests {
         assert!(out.ends_with("\r\n\r\n{}\n"), "{out}");
         let out = ask("GET /metrics?x=1 HTTP/1.1\r\n\r\n").unwrap();
         assert!(out.ends_with("\r\n\r\nm 1\n"), "{out}");
+    }
+
+    #[test]
+    fn an_absolute_target_names_its_path() {
+        for target in [
+            "http://tend:9533/ready",
+            "HTTP://10.0.0.1/ready?x=1",
+            "http://[::1]:9533/ready",
+        ] {
+            let out = ask(&format!("GET {target} HTTP/1.1\r\n\r\n")).unwrap();
+            assert!(
+                out.ends_with("not ready: state starting\n"),
+                "{target}: {out}"
+            );
+        }
     }
 
     #[test]
@@ -495,7 +621,9 @@ mod tests {
             "/readyz",
             "/ready/",
             "/../status",
-            "http://x/ready",
+            "http://x/readyz",
+            "http://x",
+            "ftp://x/ready",
             "*",
         ] {
             let out = ask(&format!("GET {path} HTTP/1.1\r\n\r\n")).unwrap();
@@ -514,6 +642,74 @@ mod tests {
         assert!(out.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{out}");
         let out = ask("\x16\x03\x01\x02\x00\x01\x00\x01").unwrap();
         assert!(out.starts_with("HTTP/1.1 400 "), "TLS: {out}");
+    }
+
+    /// Serves `server` until `done` says so (or panics after 10 s).
+    fn drive(
+        server: &mut HttpServer,
+        page: &mut dyn FnMut(Page) -> Reply,
+        done: &dyn Fn() -> bool,
+    ) {
+        use nix::poll::{PollFd, PollTimeout, poll};
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(
+                Instant::now() < deadline,
+                "the clients were not all answered"
+            );
+            let ready: Vec<bool> = {
+                let mut fds: Vec<PollFd> = server
+                    .poll_fds()
+                    .into_iter()
+                    .map(|(fd, flags)| PollFd::new(fd, flags))
+                    .collect();
+                poll(&mut fds, PollTimeout::from(10u8)).unwrap();
+                fds.iter()
+                    .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+                    .collect()
+            };
+            server.set_ready(&ready);
+            server.serve(Instant::now(), page);
+        }
+    }
+
+    #[test]
+    fn a_page_is_made_once_however_many_clients_ask_for_it() {
+        use std::io::{Read, Write};
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        let mut server = HttpServer::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = server.local_addr();
+        let mut made = Vec::new();
+        let body = "x".repeat(100_000);
+        let mut page = |p: Page| {
+            made.push(p);
+            Reply::text(200, &body)
+        };
+        let ask_all = |clients: usize, done: &Arc<AtomicUsize>| {
+            for _ in 0..clients {
+                let done = done.clone();
+                let mut s = std::net::TcpStream::connect(addr).unwrap();
+                s.write_all(b"GET /status HTTP/1.1\r\n\r\n").unwrap();
+                std::thread::spawn(move || {
+                    let mut answer = Vec::new();
+                    s.read_to_end(&mut answer).unwrap();
+                    assert!(answer.ends_with(b"xxx\n"), "a whole answer");
+                    done.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+        };
+        let done = Arc::new(AtomicUsize::new(0));
+        ask_all(MAX_CONNECTIONS, &done);
+        drive(&mut server, &mut page, &|| {
+            done.load(Ordering::SeqCst) == MAX_CONNECTIONS
+        });
+        server.content_changed();
+        let done = Arc::new(AtomicUsize::new(0));
+        ask_all(3, &done);
+        drive(&mut server, &mut page, &|| done.load(Ordering::SeqCst) == 3);
+        assert_eq!(made, [Page::Status, Page::Status], "once per content");
     }
 
     #[test]

@@ -249,16 +249,17 @@ fn typed(debug: String) -> serde_json::Value {
 }
 
 /// Seconds in a Duration's Debug output, which is a decimal number and one
-/// of the units below.
+/// of the units below. The decimal point is moved in the text, not by a
+/// multiplication, so 5.868312ms is 0.005868312 and not 0.0058683120000000005.
 fn duration_seconds(debug: &str) -> Option<f64> {
-    const UNITS: [(&str, f64); 4] = [("ns", 1e-9), ("µs", 1e-6), ("ms", 1e-3), ("s", 1.0)];
-    let (number, scale) = UNITS
+    const UNITS: [(&str, u8); 4] = [("ns", 9), ("µs", 6), ("ms", 3), ("s", 0)];
+    let (number, exponent) = UNITS
         .iter()
-        .find_map(|(unit, scale)| Some((debug.strip_suffix(unit)?, *scale)))?;
+        .find_map(|(unit, exponent)| Some((debug.strip_suffix(unit)?, *exponent)))?;
     if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
         return None;
     }
-    number.parse::<f64>().ok().map(|n| n * scale)
+    format!("{number}e-{exponent}").parse::<f64>().ok()
 }
 
 #[cfg(test)]
@@ -278,6 +279,15 @@ mod tests {
         ] {
             let got = duration_seconds(&format!("{d:?}")).unwrap();
             assert!((got - s).abs() < 1e-12, "{d:?}: {got}");
+        }
+        // As a JSON number, the digits of the Debug and no rounding noise.
+        for (d, text) in [
+            (Duration::from_nanos(5_868_312), "0.005868312"),
+            (Duration::from_nanos(7), "7e-9"),
+            (Duration::from_nanos(1_100_000_001), "1.100000001"),
+        ] {
+            let json = serde_json::Value::from(duration_seconds(&format!("{d:?}")).unwrap());
+            assert_eq!(json.to_string(), text, "{d:?}");
         }
         for not in ["s", "ms", "1.5 s", "-1s", "\"5s\"", "1.5", "mass"] {
             assert_eq!(duration_seconds(not), None, "{not}");

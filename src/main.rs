@@ -22,7 +22,7 @@ enum Failure {
 fn main() -> ExitCode {
     // First, before any thread or child exists: see signals.rs.
     if let Err(e) = signals::take_over() {
-        eprintln!("tend: {e}");
+        cli::complain(e);
         return ExitCode::from(1);
     }
     // An `on_change = "http"` action: tend, as a child of tend, makes the call.
@@ -36,26 +36,31 @@ fn main() -> ExitCode {
     let cli = match Cli::parse(std::env::args_os().skip(1)) {
         Ok(Parsed::Run(cli)) => cli,
         Ok(Parsed::Print(text)) => {
-            println!("{text}");
-            return ExitCode::SUCCESS;
+            return match cli::print(&format!("{text}\n")) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    cli::complain(format!("cannot write to stdout: {e}"));
+                    ExitCode::from(1)
+                }
+            };
         }
         Err(e) => {
-            eprintln!("tend: {e}\n\n{}", cli::USAGE);
+            cli::complain(format!("{e}\n\n{}", cli::USAGE));
             return ExitCode::from(2);
         }
     };
     let code = match run(cli) {
         Ok(code) => code,
         Err(Failure::Usage(msg)) => {
-            eprintln!("tend: {msg}");
+            cli::complain(msg);
             2
         }
         Err(Failure::Config(e)) => {
-            eprintln!("tend: {e}");
+            cli::complain(e);
             2
         }
         Err(Failure::Internal(e)) => {
-            eprintln!("tend: {e:#}");
+            cli::complain(format!("{e:#}"));
             1
         }
     };
@@ -173,13 +178,14 @@ fn check_config(path: Option<PathBuf>) -> Result<i32, Failure> {
     let (config, warnings) =
         Config::load_on_host(&path, &current_dir()?).map_err(Failure::Config)?;
     for w in warnings {
-        eprintln!("tend: warning: {}: {w}", path.display());
+        cli::complain(format!("warning: {}: {w}", path.display()));
     }
-    println!(
-        "# {}: valid. With defaults filled in, it means:\n",
-        path.display()
-    );
-    print!("{}", config.describe());
+    cli::print(&format!(
+        "# {}: valid. With defaults filled in, it means:\n\n{}",
+        path.display(),
+        config.describe()
+    ))
+    .map_err(|e| Failure::Internal(anyhow::anyhow!("cannot write to stdout: {e}")))?;
     Ok(0)
 }
 

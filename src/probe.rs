@@ -20,7 +20,9 @@ pub fn probe(readiness: &config::Readiness) -> Result<i32, String> {
             );
         }
     };
-    println!("{line}");
+    // The exit code is the verdict; the line only says why, so a stdout
+    // that cannot take it changes nothing.
+    let _ = crate::cli::print(&format!("{line}\n"));
     Ok(if ready { 0 } else { 1 })
 }
 

@@ -16,12 +16,15 @@ pub fn status(readiness: &config::Readiness) -> Result<i32, String> {
         return Err("[readiness] sets no `status_file`: tend writes no status to show".into());
     };
     match read(path) {
-        Ok(status) => {
-            print!("{}", render(&status));
-            Ok(0)
-        }
+        Ok(status) => match crate::cli::print(&render(&status)) {
+            Ok(()) => Ok(0),
+            Err(e) => {
+                crate::cli::complain(format!("cannot write to stdout: {e}"));
+                Ok(1)
+            }
+        },
         Err(e) => {
-            eprintln!("tend: {e}");
+            crate::cli::complain(e);
             Ok(1)
         }
     }

@@ -146,6 +146,8 @@ pub struct ReadinessFiles {
     /// What the files should say, and since when (RFC 3339).
     wanted: Option<Status>,
     updated_at: String,
+    /// Counts the changes of `wanted`.
+    generation: u64,
     /// Whether the ready file exists, as far as tend knows; None at first,
     /// so that a ready file left by an earlier run is removed.
     ready_written: Option<bool>,
@@ -168,6 +170,7 @@ impl ReadinessFiles {
             status_file: cfg.status_file.clone(),
             wanted: None,
             updated_at: String::new(),
+            generation: 0,
             ready_written: None,
             status_written: None,
             retry: None,
@@ -186,7 +189,13 @@ impl ReadinessFiles {
         }
         self.wanted = Some(status);
         self.updated_at = crate::time::rfc3339_millis(SystemTime::now());
+        self.generation += 1;
         self.write(now);
+    }
+
+    /// Changes whenever the status published does.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The status last published (whether or not any file is configured).

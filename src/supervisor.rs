@@ -59,6 +59,9 @@ pub struct Supervisor {
     service_env: Vec<(String, String)>,
     /// `[http] listen`: /ready, /status and /metrics.
     http: Option<HttpServer>,
+    /// The generations of the status and the metrics the server's pages
+    /// were made from.
+    served: (u64, u64),
     /// The signals the signalfd reads, for waiting on them alone.
     handled: nix::sys::signal::SigSet,
     /// Whether anything reads the status: readiness files, or watches
@@ -151,6 +154,7 @@ impl Supervisor {
             service_env,
             publishes: publishes || http.is_some(),
             http,
+            served: (0, 0),
             handled: signals::handled(),
         })
     }
@@ -472,6 +476,10 @@ impl Supervisor {
             return;
         };
         let (readiness, core) = (&self.readiness, &self.core);
+        let current = (readiness.generation(), core.metrics().generation());
+        if std::mem::replace(&mut self.served, current) != current {
+            server.content_changed();
+        }
         server.serve(Instant::now(), &mut |page| {
             let Some(status) = readiness.current() else {
                 return Reply::text(503, "not ready: starting");

@@ -191,3 +191,35 @@ fn json_logs_keep_the_types_of_their_fields() {
     );
     assert!(find("check passed")["took"].as_f64().unwrap() > 0.0);
 }
+
+#[test]
+fn a_reader_that_goes_away_is_not_a_crash() {
+    let sb = Sandbox::new();
+    let cfg = sb.config("[readiness]\nstatus_file = \"/nonexistent/status.json\"\n");
+    let cfg = cfg.display().to_string();
+    for args in [
+        &["help"][..],
+        &["--version"],
+        &["probe", "--help"],
+        &["check-config", "--config", &cfg],
+        &["probe", "--config", &cfg],
+    ] {
+        // `tend help | head -0`: the pipe's reader is gone before tend writes.
+        let (reader, writer) = nix::unistd::pipe().unwrap();
+        drop(reader);
+        let out = std::process::Command::new(TEND)
+            .args(args)
+            .env_remove("TEND_CONFIG")
+            .stdout(writer)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        let expected = if args[0] == "probe" && args[1] != "--help" {
+            1
+        } else {
+            0
+        };
+        assert_eq!(out.status.code(), Some(expected), "{args:?}: {err}");
+    }
+}

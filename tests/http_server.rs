@@ -356,6 +356,46 @@ fn other_methods_unknown_paths_and_oversize_requests_are_refused() {
 }
 
 #[test]
+fn unusual_clients_get_one_answer_each() {
+    let sb = Sandbox::new();
+    let cfg = config(&sb, "on_change = \"none\"");
+    let tend = sb.tend().config(&cfg).start_ready();
+    let addr = address(&tend);
+    let ready = "ready (state ready)\n";
+    for request in [
+        &b"GET /ready HTTP/1.0\r\n\r\n"[..],
+        b"GET /ready?verbose=1 HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET http://10.1.2.3:9533/ready HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /ready HTTP/1.1\nHost: x\n\n",
+        // A body on a GET, or a second request after the first: one
+        // answer, then the connection closes; nothing after the head is
+        // taken for a request.
+        b"GET /ready HTTP/1.1\r\nContent-Length: 25\r\n\r\nGET /status HTTP/1.1\r\n\r\n",
+        b"GET /ready HTTP/1.1\r\n\r\nGET /status HTTP/1.1\r\n\r\nGET /metrics HTTP/1.1\r\n\r\n",
+        b"GET /ready HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    ] {
+        let a = exchange(addr, request);
+        assert_eq!(
+            (a.code, a.body.as_str()),
+            (200, ready),
+            "{}",
+            String::from_utf8_lossy(request)
+        );
+    }
+    // A client that shuts its side down once it has asked (nc -N).
+    let mut s = TcpStream::connect_timeout(&addr, secs(2.0)).unwrap();
+    s.set_read_timeout(Some(secs(10.0))).unwrap();
+    s.write_all(b"GET /ready HTTP/1.1\r\n\r\n").unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    assert!(answer.ends_with(ready), "{answer}");
+    // A path that is not UTF-8.
+    assert_eq!(exchange(addr, b"GET /ready\xff HTTP/1.1\r\n\r\n").code, 400);
+}
+
+#[test]
 fn without_an_http_section_nothing_listens() {
     let sb = Sandbox::new();
     let cfg = config(&sb, "on_change = \"none\"");
@@ -524,6 +564,216 @@ fn slow_and_numerous_clients_delay_no_signal() {
             .contains("connections open: the oldest is closed for each new one")
     );
     assert!(tend.is_running());
+}
+
+#[test]
+fn clients_that_use_up_tends_descriptors_do_not_lock_a_probe_out() {
+    const LIMIT: u64 = 24;
+    let sb = Sandbox::new();
+    let cfg = config(&sb, "on_change = \"none\"");
+    let mut tend = sb
+        .tend()
+        .config(&cfg)
+        .pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: LIMIT,
+                rlim_max: LIMIT,
+            };
+            // SAFETY: setrlimit reads `lim`; async-signal-safe.
+            match unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        })
+        .start_ready();
+    let addr = address(&tend);
+    let free = LIMIT as usize - open_fds(&mut tend);
+    // More clients than tend has descriptors left, all silent.
+    let held: Vec<TcpStream> = (0..free + 20)
+        .map(|_| TcpStream::connect_timeout(&addr, secs(2.0)).unwrap())
+        .collect();
+    let asked = Instant::now();
+    let ready = get(addr, "/ready");
+    let took = asked.elapsed();
+    assert_eq!(ready.code, 200);
+    // The silent ones would hold their descriptors for 5 s each.
+    assert!(
+        took < secs(4.0),
+        "the probe was answered after {took:?}, behind clients that said nothing"
+    );
+    drop(held);
+    let log = tend.stderr();
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("accept() on the HTTP server"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{log}");
+    assert!(
+        warnings[0].contains("Too many open files"),
+        "{}",
+        warnings[0]
+    );
+    assert!(tend.is_running());
+}
+
+#[test]
+fn metrics_parse_strictly_whatever_the_watch_names() {
+    let sb = Sandbox::new();
+    let names = ["quote \" and \\ backslash", "line\nbreak"];
+    let mut toml = format!(
+        "[service]\ncommand = {}\n{}\n[http]\nlisten = \"127.0.0.1:0\"\n",
+        sb.service_toml(&[]),
+        sb.readiness_toml()
+    );
+    for (i, name) in names.iter().enumerate() {
+        let file = sb.write(&format!("w{i}.conf"), "ok");
+        toml.push_str(&format!(
+            "\n[[watch]]\nname = {name:?}\npaths = [{f:?}]\ncheck = [\"grep\", \"-q\", \"ok\", {f:?}]\n\
+             on_change = \"none\"\n",
+            f = file.display().to_string()
+        ));
+    }
+    let cfg = sb.config(&toml);
+    let tend = sb.tend().config(&cfg).start_ready();
+    let addr = address(&tend);
+    // A rejected change and a good one for the first watch.
+    sb.write("w0.conf", "bad");
+    wait_metric(addr, "reloader_last_reload_successful", 0.0);
+    sb.write("w0.conf", "ok 2");
+    let m = wait_metric(addr, "reloader_last_reload_successful", 1.0);
+
+    for name in names {
+        let series = |s: &str| format!("{s}{{watch={name:?}}}");
+        let labelled = |s: &str, l: &str, v: &str| format!("{s}{{{l}={v:?},watch={name:?}}}");
+        let checks: f64 = ["passed", "failed", "timed_out"]
+            .iter()
+            .map(|r| m[&labelled("tend_checks_total", "result", r)])
+            .sum();
+        let count = m[&series("tend_check_duration_seconds_count")];
+        assert!(count >= 1.0, "{name:?}");
+        assert_eq!(checks, count, "{name:?}: every check is in the histogram");
+        // Buckets are cumulative and end with +Inf, which is the count.
+        let mut buckets: Vec<(f64, f64)> = m
+            .iter()
+            .filter_map(|(k, v)| {
+                let le = k
+                    .strip_prefix("tend_check_duration_seconds_bucket{le=\"")?
+                    .strip_suffix(&format!("\",watch={name:?}}}"))?;
+                Some((le.parse::<f64>().unwrap(), *v))
+            })
+            .collect();
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        assert!(buckets.len() > 10, "{name:?}: {buckets:?}");
+        assert!(
+            buckets.windows(2).all(|w| w[0].1 <= w[1].1),
+            "{name:?}: not cumulative: {buckets:?}"
+        );
+        assert_eq!(buckets.last(), Some(&(f64::INFINITY, count)), "{name:?}");
+        assert!(m[&series("tend_check_duration_seconds_sum")] >= 0.0);
+        let results: f64 = ["pending", "applied", "invalid", "action_failed"]
+            .iter()
+            .map(|r| m[&labelled("tend_watch_result", "result", r)])
+            .sum();
+        assert_eq!(results, 1.0, "{name:?}: one result at a time");
+    }
+    assert_eq!(
+        m[&format!(
+            "tend_checks_total{{result=\"failed\",watch={:?}}}",
+            names[0]
+        )],
+        1.0
+    );
+}
+
+#[test]
+fn a_stop_is_not_held_up_by_clients() {
+    let sb = Sandbox::new();
+    sb.write("app.conf", "ok");
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = {}\nstop_timeout = \"2s\"\n{}\n[http]\nlisten = \"127.0.0.1:0\"\n",
+        sb.service_toml(&["--ignore-term"]),
+        sb.readiness_toml()
+    ));
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    let addr = address(&tend);
+    // Silent clients, and clients that ask for a page and never read it.
+    let mut held = Vec::new();
+    for i in 0..40 {
+        let mut s = TcpStream::connect_timeout(&addr, secs(2.0)).unwrap();
+        if i % 2 == 0 {
+            s.write_all(b"GET /status HTTP/1.1\r\n\r\n").unwrap();
+        }
+        held.push(s);
+    }
+    let stopped = Instant::now();
+    tend.signal(Signal::SIGTERM);
+    sb.wait_state("stopping", secs(5.0));
+    // Stopping, with the service waiting out its stop_timeout: not ready.
+    let ready = get(addr, "/ready");
+    assert_eq!(
+        (ready.code, ready.body.as_str()),
+        (503, "not ready: state stopping\n")
+    );
+    assert_eq!(tend.wait(secs(10.0)), 128 + 9);
+    let took = stopped.elapsed();
+    assert!(
+        took < secs(4.5),
+        "tend took {took:?} to stop with clients connected (stop_timeout 2s)"
+    );
+    drop(held);
+}
+
+/// CPU time tend has used so far (from /proc/PID/schedstat).
+fn cpu_time(tend: &mut Tend) -> Duration {
+    let pid = tend.pid();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap();
+    Duration::from_nanos(stat.split_whitespace().next().unwrap().parse().unwrap())
+}
+
+#[test]
+fn a_client_that_wakes_tend_often_costs_it_little_however_large_the_status() {
+    const WATCHES: usize = 40;
+    let sb = Sandbox::new();
+    let mut toml = format!(
+        "[service]\ncommand = {}\n{}\n[http]\nlisten = \"127.0.0.1:0\"\n",
+        sb.service_toml(&[]),
+        sb.readiness_toml()
+    );
+    for i in 0..WATCHES {
+        let file = sb.write(&format!("w{i}.conf"), "ok");
+        // Each check leaves 4 KiB of output in the status.
+        let check = format!(
+            "head -c 4096 /dev/zero | tr '\\0' '.'; grep -q ok {}",
+            file.display()
+        );
+        toml.push_str(&format!(
+            "\n[[watch]]\nname = \"w{i}\"\npaths = [{:?}]\ncheck = {}\non_change = \"none\"\n",
+            file.display().to_string(),
+            sh(&check)
+        ));
+    }
+    let cfg = sb.config(&toml);
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    let addr = address(&tend);
+    let status = get(addr, "/status");
+    assert!(status.body.len() > WATCHES * 4096, "{}", status.body.len());
+
+    // A byte every 2 ms, never a whole request: each one wakes tend up.
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_nodelay(true).unwrap();
+    s.write_all(b"GET /ready HTTP/1.1\r\nX: ").unwrap();
+    let used = cpu_time(&mut tend);
+    let started = Instant::now();
+    while started.elapsed() < secs(2.0) {
+        s.write_all(b"a").unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let share = (cpu_time(&mut tend) - used).as_secs_f64() / started.elapsed().as_secs_f64();
+    assert!(
+        share < 0.25,
+        "tend used {:.0}% of a CPU for a client sending a byte every 2 ms",
+        share * 100.0
+    );
 }
 
 #[test]

@@ -358,11 +358,16 @@ fn gated_k8s(sb: &Sandbox, gate: &Gate) -> PathBuf {
 fn a_change_during_a_check_is_checked_and_applied_after_it() {
     let sb = Sandbox::new();
     let gate = Gate::new(&sb, "check", true);
-    let _tend = sb.tend().config(&gated_k8s(&sb, &gate)).start_ready();
+    let tend = sb.tend().config(&gated_k8s(&sb, &gate)).start_ready();
     gate.close();
     update(&sb, "v1");
     gate.wait_started(2, secs(5.0));
     update(&sb, "v2");
+    // tend cannot know of v2 before its scan: wait for it, or v1's check
+    // could end first and v1 be applied (rightly) before v2.
+    wait_for("tend to see v2", secs(5.0), || {
+        (tend.stderr().matches("change detected").count() >= 2).then_some(())
+    });
     gate.open();
     sb.wait_log("service sig SIGHUP", 1, secs(5.0));
     quiet(0.5);
@@ -378,13 +383,22 @@ fn a_change_during_a_check_is_checked_and_applied_after_it() {
 fn a_burst_during_a_check_is_applied_once_with_the_last_content() {
     let sb = Sandbox::new();
     let gate = Gate::new(&sb, "check", true);
-    let _tend = sb.tend().config(&gated_k8s(&sb, &gate)).start_ready();
+    let tend = sb.tend().config(&gated_k8s(&sb, &gate)).start_ready();
     gate.close();
     update(&sb, "v1");
     gate.wait_started(2, secs(5.0));
-    for i in 2..=30 {
+    for i in 2..=29 {
         update(&sb, &format!("v{i}"));
     }
+    // The last update adds a key, so that its scan is told from the others'
+    // by its file count: tend cannot know of v30 before that scan.
+    project(
+        &sb.path("config"),
+        &[("app.conf", "v30"), ("last.conf", "")],
+    );
+    wait_for("tend to see v30", secs(5.0), || {
+        tend.stderr().contains("files=2").then_some(())
+    });
     gate.open();
     sb.wait_log("service sig SIGHUP", 1, secs(10.0));
     quiet(0.5);
@@ -752,4 +766,34 @@ fn an_http_action_calls_the_reload_endpoint_and_retries_until_it_answers_2xx() {
     let r = requests();
     assert!(r.len() >= 2, "{r:?}");
     assert!(r.iter().all(|l| l == "POST /-/reload HTTP/1.1"), "{r:?}");
+}
+
+#[test]
+fn an_http_endpoint_that_never_answers_times_out_without_holding_tend_up() {
+    let sb = Sandbox::new();
+    let endpoint = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/-/reload", endpoint.local_addr().unwrap());
+    let cfg = k8s(
+        &sb,
+        "v0",
+        "",
+        &format!("on_change = \"http\"\nhttp = {{ url = {url:?}, timeout = \"3s\" }}\n"),
+    );
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    update(&sb, "v1");
+    // The call is in flight: its connection is taken, and never answered.
+    endpoint.set_nonblocking(true).unwrap();
+    let held = wait_for("the reload call", secs(10.0), || endpoint.accept().ok());
+    let asked = std::time::Instant::now();
+    tend.signal(Signal::SIGUSR1);
+    sb.wait_log("service sig SIGUSR1", 1, secs(10.0));
+    assert!(
+        asked.elapsed() < secs(2.0),
+        "a signal waited {:?} for the reload endpoint",
+        asked.elapsed()
+    );
+    tend.wait_stderr(&format!("POST {url}: no answer within 3s"), secs(10.0));
+    let st = sb.wait_state("reloading", secs(5.0));
+    assert_eq!(st["watches"][0]["result"], "action_failed");
+    drop(held);
 }

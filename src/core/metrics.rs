@@ -67,6 +67,8 @@ pub struct Metrics {
     last_success: Option<SystemTime>,
     /// By watch.
     checks: Vec<Checks>,
+    /// Counts the changes of everything above.
+    generation: u64,
 }
 
 impl Metrics {
@@ -77,11 +79,20 @@ impl Metrics {
             last_ok: false,
             last_success: None,
             checks: vec![Checks::default(); watches],
+            generation: 0,
         }
+    }
+
+    /// Changes whenever a count does.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Reloads that ended: each watch's, succeeded or not.
     pub fn reloaded(&mut self, outcomes: &[(WatchId, bool)], at: SystemTime) {
+        if !outcomes.is_empty() {
+            self.generation += 1;
+        }
         for &(_, ok) in outcomes {
             self.reloads += 1;
             self.last_ok = ok;
@@ -98,6 +109,7 @@ impl Metrics {
         let Some(c) = self.checks.get_mut(id.0) else {
             return;
         };
+        self.generation += 1;
         let at = CheckOutcome::ALL
             .iter()
             .position(|o| *o == outcome)

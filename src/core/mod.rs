@@ -667,7 +667,7 @@ impl Core {
                 .map(|r| WatchStatus {
                     name: r.name.to_string(),
                     result: r.result,
-                    check_output: crate::text::escape_keeping_lines(r.check_output),
+                    check_output: r.check_output.to_string(),
                     changed_at: r.changed_at.map(crate::time::rfc3339_millis),
                     action_at: r.action_at.map(crate::time::rfc3339_millis),
                 })

@@ -109,6 +109,8 @@ struct Entry {
     /// The service runs a config of this watch that passed its check and its
     /// action (readiness needs this of every watch).
     good: bool,
+    /// The last output of its check (or verify, or why tend failed), as
+    /// the status shows it: escaped once here, not at every status.
     check_output: String,
     changed_at: Option<SystemTime>,
     retry_delay: Duration,
@@ -150,10 +152,17 @@ pub struct Batch {
     pub execs: Vec<(Vec<String>, Vec<WatchId>)>,
 }
 
+/// A command's output as the status shows it: every control character but
+/// line breaks and tabs escaped.
+fn shown(output: &str) -> String {
+    crate::text::escape_keeping_lines(output)
+}
+
 /// One watch's part of the status file.
 pub struct Report<'a> {
     pub name: &'a str,
     pub result: WatchResult,
+    /// Escaped already.
     pub check_output: &'a str,
     pub changed_at: Option<SystemTime>,
     pub action_at: Option<SystemTime>,
@@ -292,7 +301,7 @@ impl Pipeline {
         let e = &mut self.entries[id.0];
         let again_in = e.recheck_delay;
         self.outcomes.push((id, false));
-        e.check_output = why;
+        e.check_output = shown(&why);
         e.good = false;
         if e.seen == Some(fp) {
             e.result = WatchResult::ActionFailed;
@@ -449,7 +458,7 @@ impl Pipeline {
         if e.stage != Stage::Checking(fp) {
             return Verdict::Stale;
         }
-        e.check_output = output;
+        e.check_output = shown(&output);
         if e.seen != Some(fp) {
             e.stage = Stage::NeedsCheck;
             return Verdict::Stale;
@@ -690,7 +699,7 @@ impl Pipeline {
         if e.stage != Stage::Verifying(fp) {
             return None;
         }
-        e.check_output = output;
+        e.check_output = shown(&output);
         e.good = true;
         e.retry_delay = RETRY_INITIAL;
         self.outcomes.push((id, true));
@@ -720,7 +729,7 @@ impl Pipeline {
             return None;
         }
         self.outcomes.push((id, false));
-        e.check_output = output;
+        e.check_output = shown(&output);
         e.good = false;
         if let Some((dir, _)) = &e.previous {
             e.stage = Stage::RollingBack(fp);
@@ -783,7 +792,7 @@ impl Pipeline {
             Err(why) => {
                 e.result = WatchResult::ActionFailed;
                 e.check_output
-                    .push_str(&format!("\n[tend: the rollback failed: {why}]"));
+                    .push_str(&shown(&format!("\n[tend: the rollback failed: {why}]")));
                 e.stage = Stage::Idle;
             }
         }
