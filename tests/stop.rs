@@ -21,6 +21,11 @@ fn sigterm_stops_the_service_and_tend_exits_with_its_status() {
     assert_eq!(tend.wait(secs(10.0)), 7);
     assert_eq!(sb.log("service sig ").len(), 1);
     assert!(sb.log("service sig ")[0].starts_with("service sig SIGTERM"));
+    // The log tells it in the order it happened.
+    let err = tend.stderr();
+    let received = err.find("SIGTERM received: stopping").expect(&err);
+    let stopping = err.find("stopping the service: SIGTERM").expect(&err);
+    assert!(received < stopping, "{err}");
 }
 
 #[test]

@@ -11,7 +11,9 @@
 //! is: a reload is one watch's change that was applied (at start-up too, when
 //! the service starts on it), rejected by its check (a recheck that fails
 //! again counts again) or whose action failed (each failed retry counts).
-//! `reloader_last_reload_successful` is 0 until a reload succeeds.
+//! `reloader_last_reload_successful` is 0 until a reload succeeds. Without
+//! watches nothing is ever reloaded, and the `reloader_*` series are left
+//! out: a 0 there would fire that alert for as long as the pod runs.
 
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
@@ -124,11 +126,8 @@ impl Metrics {
         }
     }
 
-    /// The page, in the Prometheus text format 0.0.4; `status` gives
-    /// readiness, restarts and the watches (in the order of their ids).
-    pub fn render(&self, status: &Status) -> String {
-        let mut out = String::with_capacity(2048 + 1536 * status.watches.len());
-        let o = &mut out;
+    /// The `reloader_*` series, prometheus-config-reloader's.
+    fn render_reloads(&self, o: &mut String) {
         family(
             o,
             "reloader_reloads_total",
@@ -168,7 +167,16 @@ impl Metrics {
             at.subsec_millis()
         )
         .unwrap();
+    }
 
+    /// The page, in the Prometheus text format 0.0.4; `status` gives
+    /// readiness, restarts and the watches (in the order of their ids).
+    pub fn render(&self, status: &Status) -> String {
+        let mut out = String::with_capacity(2048 + 1536 * status.watches.len());
+        let o = &mut out;
+        if !self.checks.is_empty() {
+            self.render_reloads(o);
+        }
         family(
             o,
             "tend_ready",
@@ -504,6 +512,14 @@ mod tests {
         });
         assert_eq!(r.reloads(), (2, 0, true, Some(0)), "one reload, not two");
         assert_eq!(sample(&r.page(), "tend_service_restarts_total"), "1");
+    }
+
+    #[test]
+    fn without_watches_there_is_no_reload_to_report() {
+        let mut r = Run::new("");
+        let page = r.page();
+        assert!(!page.contains("reloader_"), "{page}");
+        assert!(page.contains("\ntend_ready "), "{page}");
     }
 
     #[test]

@@ -694,6 +694,14 @@ impl Core {
     }
 
     fn on_sigterm(&mut self, from: u32, now: Now) {
+        if matches!(
+            self.phase,
+            Phase::Stopping { .. } | Phase::Draining { .. } | Phase::Exited
+        ) {
+            tracing::info!(from, "SIGTERM received again: already stopping");
+            return;
+        }
+        tracing::info!(from, "SIGTERM received: stopping");
         let main = match self.phase {
             Phase::Running(inst) => {
                 self.retire(inst, now);
@@ -706,16 +714,11 @@ impl Core {
             }
             Phase::Restarting { old } => Some(old),
             Phase::Starting | Phase::BackingOff { .. } | Phase::WaitingForConfig => {
-                tracing::info!(from, "SIGTERM received: stopping");
                 self.drain(ExitStatus::Signal(Signal::SIGTERM as i32));
                 return;
             }
-            Phase::Stopping { .. } | Phase::Draining { .. } | Phase::Exited => {
-                tracing::info!(from, "SIGTERM received again: already stopping");
-                return;
-            }
+            Phase::Stopping { .. } | Phase::Draining { .. } | Phase::Exited => return,
         };
-        tracing::info!(from, "SIGTERM received: stopping");
         self.kill_jobs();
         self.reload = None;
         self.ready_check_at = None;
