@@ -1,7 +1,15 @@
 //! tend: PID 1 for application containers. See README.md for the contract.
+//!
+//! `no_main`: the C library calls [`main`] directly, without std's runtime
+//! set-up before it (a read of /proc/self/maps for the main thread's stack
+//! guard, an alternate signal stack and SIGSEGV and SIGBUS handlers), which
+//! a PID 1 that blocks its signals first has no use for: the signals are
+//! blocked from the first instruction of `main`, and start-up makes a
+//! dozen fewer system calls. std still reads the arguments (on Linux from
+//! glibc's init array); what its set-up did that tend needs, tend does.
+#![no_main]
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use tracing::level_filters::LevelFilter;
 
@@ -19,34 +27,71 @@ enum Failure {
     Internal(anyhow::Error),
 }
 
-fn main() -> ExitCode {
+#[unsafe(no_mangle)]
+extern "C" fn main(
+    _argc: std::ffi::c_int,
+    _argv: *const *const std::ffi::c_char,
+) -> std::ffi::c_int {
     // First, before any thread or child exists: see signals.rs.
     if let Err(e) = signals::take_over() {
         cli::complain(e);
-        return ExitCode::from(1);
+        return 1;
     }
+    open_missing_stdio();
+    tend_main()
+}
+
+/// What std's runtime set-up would have done: a standard stream that tend
+/// was started without is opened on /dev/null, so that no file tend opens
+/// takes fd 0, 1 or 2 (its log would go into it, or the service would read
+/// from it). In a root without /dev/null, `/` holds the number instead:
+/// reads and writes on it fail, and nothing blocks or raises SIGPIPE.
+fn open_missing_stdio() {
+    for fd in 0..=2 {
+        // SAFETY: F_GETFD on a descriptor number touches no memory.
+        let open = unsafe { libc::fcntl(fd, libc::F_GETFD) } != -1;
+        if open || nix::errno::Errno::last() != nix::errno::Errno::EBADF {
+            continue;
+        }
+        // open() takes the lowest free number, which is `fd`: the ones
+        // below it are open by now. Without O_CLOEXEC: the service inherits
+        // it, as it would have inherited the stream.
+        for (path, flags) in [
+            (c"/dev/null", libc::O_RDWR),
+            (c"/", libc::O_RDONLY | libc::O_DIRECTORY),
+        ] {
+            // SAFETY: a NUL-terminated path; the flags create nothing.
+            if unsafe { libc::open(path.as_ptr(), flags) } != -1 {
+                break;
+            }
+        }
+    }
+}
+
+/// Returns tend's exit status.
+fn tend_main() -> i32 {
     // An `on_change = "http"` action: tend, as a child of tend, makes the call.
     if std::env::args_os().nth(1).is_some_and(|a| a == "__http") {
         let args: Vec<String> = std::env::args_os()
             .skip(2)
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
-        return ExitCode::from(u8::try_from(http_action::run(&args)).unwrap_or(1));
+        return http_action::run(&args);
     }
     let cli = match Cli::parse(std::env::args_os().skip(1)) {
         Ok(Parsed::Run(cli)) => cli,
         Ok(Parsed::Print(text)) => {
             return match cli::print(&format!("{text}\n")) {
-                Ok(()) => ExitCode::SUCCESS,
+                Ok(()) => 0,
                 Err(e) => {
                     cli::complain(format!("cannot write to stdout: {e}"));
-                    ExitCode::from(1)
+                    1
                 }
             };
         }
         Err(e) => {
             cli::complain(format!("{e}\n\n{}", cli::USAGE));
-            return ExitCode::from(2);
+            return 2;
         }
     };
     let code = match run(cli) {
@@ -64,7 +109,7 @@ fn main() -> ExitCode {
             1
         }
     };
-    ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1))
+    code & 0xff
 }
 
 fn run(cli: Cli) -> Result<i32, Failure> {

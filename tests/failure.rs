@@ -10,7 +10,7 @@ fn a_failure_of_tend_itself_exits_1_and_says_why() {
     let marker = sb.path("ran");
     // With at most 3 open files, signalfd() has no fd left (EMFILE). stdin
     // and stdout are closed so that the dynamic loader has one to open its
-    // libraries with; Rust reopens them on /dev/null before main.
+    // libraries with; tend reopens them on /dev/null first.
     let script = "exec prlimit --nofile=3 \"$0\" -- touch \"$1\" <&- >&-";
     let marker_arg = marker.display().to_string();
     let (code, _, err) = sb

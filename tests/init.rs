@@ -275,6 +275,17 @@ fn the_service_starts_with_an_empty_mask_and_default_dispositions() {
                 libc::signal(libc::SIGHUP, libc::SIG_IGN);
                 libc::signal(libc::SIGQUIT, libc::SIG_IGN);
                 libc::signal(libc::SIGRTMIN() + 2, libc::SIG_IGN);
+                // The C library's own, which its signal() refuses.
+                let ignore = [libc::SIG_IGN as u64, 0, 0, 0];
+                for signo in [32, 33] {
+                    libc::syscall(
+                        libc::SYS_rt_sigaction,
+                        signo,
+                        ignore.as_ptr(),
+                        std::ptr::null_mut::<u64>(),
+                        8,
+                    );
+                }
             }
             Ok(())
         })
@@ -283,6 +294,31 @@ fn the_service_starts_with_an_empty_mask_and_default_dispositions() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("SigBlk:\t0000000000000000"), "{out}");
     assert!(out.contains("SigIgn:\t0000000000000000"), "{out}");
+}
+
+#[test]
+fn a_standard_stream_tend_was_started_without_is_dev_null_for_the_service() {
+    let sb = Sandbox::new();
+    // Without stdin and stdout, the first files tend opens would take fds 0
+    // and 1, and the service would read tend's signalfd, or write into it.
+    let (code, _, err) = sb
+        .tend()
+        .pre_exec(|| {
+            // SAFETY: close is async-signal-safe.
+            unsafe {
+                libc::close(0);
+                libc::close(1);
+            }
+            Ok(())
+        })
+        .command(&[
+            "sh",
+            "-c",
+            "exec 3>&1; readlink /proc/self/fd/0 /proc/self/fd/3 >&2",
+        ])
+        .run(secs(10.0));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(err, "/dev/null\n/dev/null\n");
 }
 
 #[test]

@@ -171,8 +171,8 @@ pub fn spawn(spec: Spec<'_>) -> Result<Pid, SpawnError> {
         })?;
     let report_fd = report_in_child.as_raw_fd();
     let take_terminal = spec.take_terminal;
-    // SAFETY: SIGRTMAX is a plain read of a libc constant, done before fork.
-    let last_signal = libc::SIGRTMAX();
+    // SAFETY: SIGRTMIN is a plain read of a libc constant, done before fork.
+    let first_realtime = libc::SIGRTMIN();
     // SAFETY: the hook only calls async-signal-safe functions (tcsetpgrp,
     // getpid, rt_sigaction, sigprocmask, fcntl, write, execve) on stack
     // values and on `exec`, built before fork, and never allocates.
@@ -194,7 +194,7 @@ pub fn spawn(spec: Spec<'_>) -> Result<Pid, SpawnError> {
                     e => return failed(Step::Tcsetpgrp, e),
                 }
             }
-            if let Err((step, e)) = reset_signal_state(last_signal) {
+            if let Err((step, e)) = reset_signal_state(first_realtime) {
                 return failed(step, e);
             }
             let Some(exec) = exec.as_mut() else {
@@ -470,14 +470,18 @@ fn write_pid_var(out: &mut [u8; 24], pid: libc::pid_t) {
 
 /// Default dispositions for every signal and an empty mask. Async-signal-safe.
 ///
-/// Every signal up to SIGRTMAX, the C library's own (32, 33) included: a
-/// parent that ignored them would otherwise pass that on to the service.
-fn reset_signal_state(last_signal: i32) -> Result<(), (Step, Errno)> {
-    for signo in 1..=last_signal {
-        if signo != libc::SIGKILL && signo != libc::SIGSTOP {
-            signals::set_disposition(signo, Disposition::Default)
-                .map_err(|e| (Step::RtSigaction(signo), e))?;
-        }
+/// exec() gives every signal that has a handler its default action; only an
+/// ignored one stays ignored. tend gave every signal its default disposition
+/// when it started ([`signals::take_over`]) but two kinds, so those are the
+/// ones reset here: [`signals::IGNORED`], and the C library's own signals
+/// between 31 and SIGRTMIN (32, 33), which tend leaves to the library and
+/// a parent may have ignored. Two system calls per signal would otherwise
+/// be spent on signals that are at their default already, on every start
+/// of the service and every check.
+fn reset_signal_state(first_realtime: i32) -> Result<(), (Step, Errno)> {
+    for signo in signals::IGNORED.into_iter().chain(32..first_realtime) {
+        signals::set_disposition(signo, Disposition::Default)
+            .map_err(|e| (Step::RtSigaction(signo), e))?;
     }
     // SAFETY: sigprocmask reads a zeroed, initialised sigset.
     let ret = unsafe {
