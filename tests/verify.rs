@@ -414,3 +414,87 @@ fn the_in_place_example_rolls_back_an_overlap_restart_that_fails_verify() {
         "{err}"
     );
 }
+
+/// Makes a directory writable again when dropped, so a failed test leaves
+/// no immutable directory behind.
+struct Immutable(PathBuf);
+
+impl Immutable {
+    fn lift(&self) {
+        let ok = std::process::Command::new("chattr")
+            .arg("-i")
+            .arg(&self.0)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "chattr -i {}", self.0.display());
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("chattr")
+            .arg("-i")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// The `publish` directory cannot be written when the rollback comes (here
+/// the failing verify makes it immutable): the rollback is tried again,
+/// and the status says what fails, until the directory is writable again.
+#[test]
+fn a_rollback_the_publish_directory_refuses_is_tried_again_until_it_works() {
+    let sb = Sandbox::new();
+    let vol = sb.path("vol");
+    project(&vol, &[("app.conf", "good 1")]);
+    let published = sb.path("pub");
+    let lock = Immutable(published.clone());
+    let verify = sh(&format!(
+        "if grep -q broken {0}/app.conf; then chattr +i {0}; echo 'HTTP 502 from /healthz'; exit 1; fi",
+        published.display()
+    ));
+    let cfg = config_verifying(&sb, &verify, "verify_timeout = \"1s\"");
+    let mut tend = sb.tend().config(&cfg).start_ready();
+
+    project(&vol, &[("app.conf", "good but broken 2")]);
+    let failing = "cannot put the previous config back";
+    let status = wait_for("the rollback to fail", secs(10.0), || {
+        sb.status().filter(|s| {
+            s["watches"][0]["check_output"]
+                .as_str()
+                .is_some_and(|o| o.contains(failing))
+        })
+    });
+    let watch = &status["watches"][0];
+    assert_eq!(watch["result"], "action_failed", "{status}");
+    assert!(
+        watch["check_output"].as_str().unwrap().contains("HTTP 502"),
+        "{status}"
+    );
+    // Tried again, and again.
+    wait_for("a second try", secs(10.0), || {
+        (tend.stderr().matches(failing).count() >= 2).then_some(())
+    });
+    assert!(!sb.is_ready(), "the service runs the rejected config");
+    assert_eq!(
+        fs::read_to_string(published.join("app.conf")).unwrap(),
+        "good but broken 2"
+    );
+    assert_eq!(sb.seen_on("SIGHUP"), ["good but broken 2"]);
+
+    lock.lift();
+    let status = sb.wait_state("invalid_config", secs(15.0));
+    assert_eq!(status["watches"][0]["result"], "rolled_back", "{status}");
+    let output = status["watches"][0]["check_output"].as_str().unwrap();
+    assert!(!output.contains(failing), "{output}");
+    assert_eq!(
+        fs::read_to_string(published.join("app.conf")).unwrap(),
+        "good 1"
+    );
+    sb.wait_log("service sig SIGHUP", 2, secs(5.0));
+    assert_eq!(sb.seen_on("SIGHUP"), ["good but broken 2", "good 1"]);
+    assert!(!sb.is_ready());
+    tend.signal(Signal::SIGTERM);
+    assert_eq!(tend.wait(secs(10.0)), 0);
+}

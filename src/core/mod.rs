@@ -522,7 +522,7 @@ impl Core {
                 watch,
                 fingerprint,
                 result,
-            } => self.on_rolled_back(watch, fingerprint, result),
+            } => self.on_rolled_back(watch, fingerprint, result, now),
         }
         self.on_time(now);
         self.advance(now);
@@ -592,6 +592,7 @@ impl Core {
             self.pipeline.splay_deadline().filter(|_| watching),
             self.pipeline.retry_deadline().filter(|_| acting),
             self.pipeline.reverify_deadline().filter(|_| watching),
+            self.pipeline.rollback_deadline().filter(|_| watching),
         ]
         .into_iter()
         .flatten()
@@ -1384,6 +1385,17 @@ impl Core {
             // checked change at once.
             let down = matches!(self.phase, Phase::Starting | Phase::WaitingForConfig);
             self.pipeline.reverifies_due(now.mono);
+            for (watch, fingerprint, generation) in self.pipeline.rollbacks_due(now.mono) {
+                tracing::info!(
+                    watch = self.pipeline.name(watch),
+                    "trying again to put the previous config back"
+                );
+                self.out.push(Command::Rollback {
+                    watch,
+                    fingerprint,
+                    generation,
+                });
+            }
             for (id, fp) in self.pipeline.splays_due(now.mono, down) {
                 self.publish(id, fp);
             }
@@ -1408,10 +1420,14 @@ impl Core {
     /// Says why the service does not start at once, when it does not.
     fn explain_waiting(&self) {
         if let Some((watch, result)) = self.pipeline.first_unpassed() {
-            let why = if result == crate::status::WatchResult::Invalid {
-                "failed its check"
-            } else {
-                "is not checked yet"
+            let why = match result {
+                crate::status::WatchResult::Invalid => "failed its check",
+                // With `publish`: a copy, a publication or a rollback failed.
+                crate::status::WatchResult::ActionFailed => {
+                    "could not be published yet (see its check_output)"
+                }
+                crate::status::WatchResult::RolledBack => "is being rolled back",
+                _ => "is not checked yet",
             };
             tracing::warn!(
                 watch,
@@ -1494,21 +1510,29 @@ impl Core {
     }
 
     /// The previous generation is published again (or not): the action
-    /// runs again so the service reads it.
-    fn on_rolled_back(&mut self, id: WatchId, fp: Fingerprint, result: Result<(), String>) {
+    /// runs again so the service reads it, or the rollback is tried again.
+    fn on_rolled_back(
+        &mut self,
+        id: WatchId,
+        fp: Fingerprint,
+        result: Result<(), String>,
+        now: Now,
+    ) {
         let name = self.pipeline.name(id).to_string();
-        match &result {
-            Ok(()) => tracing::warn!(
+        let failed = result.as_ref().err().cloned();
+        match (self.pipeline.rolled_back(id, fp, result, now.mono), failed) {
+            (Some(again), Some(why)) => tracing::error!(
+                watch = name,
+                "cannot put the previous config back: {why}; the service keeps the rejected one \
+                 until it is back; trying again in {again:?}"
+            ),
+            (None, None) => tracing::warn!(
                 watch = name,
                 "put the previous config back: applying it again; the rejected config is not \
                  applied again until it changes"
             ),
-            Err(why) => tracing::error!(
-                watch = name,
-                "cannot put the previous config back: {why}; the service keeps the new one"
-            ),
+            _ => {}
         }
-        self.pipeline.rolled_back(id, fp, result);
     }
 
     /// A `verify` run ended.

@@ -2104,3 +2104,91 @@ fn a_restarted_service_that_never_becomes_ready_is_rolled_back() {
     assert_eq!(f.state(), (State::InvalidConfig, false));
     assert_eq!(f.jobs("verify"), 0);
 }
+
+#[test]
+fn a_rollback_that_cannot_put_the_previous_generation_back_is_tried_again_until_it_can() {
+    let mut f = Fake::verified();
+    let svc = f.service();
+    f.apply_verified(2);
+    let (_, c) = f.fail_verify_until_its_time_is_up("HTTP 502");
+    assert_eq!(rollback_asked(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    let why = "cannot create /pub/..rejected.tmp: Operation not permitted";
+    let failed = |f: &mut Fake| {
+        f.send(Event::RolledBack {
+            watch: WatchId(0),
+            fingerprint: test_fingerprint(2),
+            result: Err(why.into()),
+        })
+    };
+    let mut waits = Vec::new();
+    for _ in 0..3 {
+        let c = failed(&mut f);
+        assert!(signalled(&c, svc).is_empty(), "nothing to apply yet");
+        // The service still runs the rejected config: the status says so.
+        assert_eq!(f.result(0), WatchResult::ActionFailed);
+        assert_eq!(f.state(), (State::Reloading, false));
+        let output = f.core.status().watches[0].check_output.clone();
+        assert!(
+            output.contains("HTTP 502")
+                && output.contains("Operation not permitted")
+                && output
+                    .matches("cannot put the previous config back")
+                    .count()
+                    == 1,
+            "{output}"
+        );
+        let before = f.elapsed;
+        let c = f.at_deadline();
+        waits.push((f.elapsed - before).as_secs());
+        assert_eq!(rollback_asked(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    }
+    assert_eq!(waits, [1, 2, 4], "the back-off of a failed publication");
+    // A newer change waits until the previous config is back.
+    assert!(snapshot_asked(&f.content(0, 3)).is_none());
+    assert!(f.core.deadline().is_none(), "the rollback is on its way");
+    let c = f.rolled_back(2);
+    assert_eq!(
+        signalled(&c, svc),
+        [Signal::SIGHUP as i32],
+        "applied again once it is back"
+    );
+    assert_eq!(snapshot_asked(&c), Some(test_fingerprint(3)), "then 3");
+    let output = f.core.status().watches[0].check_output.clone();
+    assert!(!output.contains("Operation not permitted"), "{output}");
+
+    // Without newer content, the watch is rolled_back once it is back.
+    let mut f = Fake::verified();
+    f.apply_verified(2);
+    f.fail_verify_until_its_time_is_up("HTTP 502");
+    failed(&mut f);
+    f.at_deadline();
+    let c = f.rolled_back(2);
+    assert_eq!(signalled(&c, f.service()), [Signal::SIGHUP as i32]);
+    assert_eq!(f.result(0), WatchResult::RolledBack);
+    assert_eq!(f.state(), (State::InvalidConfig, false));
+    assert_eq!(f.core.deadline(), None);
+    assert!(f.content(0, 2).is_empty(), "not applied again");
+
+    // A service that exits meanwhile starts again once the previous config
+    // is back, not on the rejected one.
+    let toml = verified_toml("restart = \"always\"", "on_change = \"signal\"", "");
+    let mut f = Fake::verified_with(&toml);
+    f.apply_verified(2);
+    f.fail_verify_until_its_time_is_up("HTTP 502");
+    failed(&mut f);
+    f.exit(f.service(), ExitStatus::Signal(KILL));
+    for _ in 0..3 {
+        let c = f.at_deadline();
+        assert!(spawns(&c).is_empty(), "{c:?}");
+        if rollback_asked(&c).is_some() {
+            failed(&mut f);
+        }
+    }
+    assert_eq!(f.services().len(), 1);
+    f.at_deadline();
+    let c = f.rolled_back(2);
+    assert_eq!(spawns(&c), [SpawnKind::Service]);
+    assert_eq!(f.result(0), WatchResult::RolledBack);
+    assert_eq!(f.state(), (State::InvalidConfig, false));
+    assert_eq!(f.core.deadline(), None);
+}

@@ -241,11 +241,16 @@ fn swap(dir: &Path, generation: &Path, keep: &Keep) -> io::Result<Option<PathBuf
 }
 
 /// Publishes `generation`, kept by [`publish`], again: the content
-/// published now failed verify, and is recorded as rejected.
+/// published now failed verify, and is recorded as rejected. Tried again
+/// after a failure, it completes what the failed try left.
 pub fn roll_back(dir: &Path, generation: &Path) -> io::Result<()> {
+    let name = generation_name(dir, generation)?;
     match published(dir) {
-        Some(current) => put_back(dir, &dir.join(current), generation),
-        None => swap(dir, generation, &Keep::Nothing).map(drop),
+        Some(current) if current != name => put_back(dir, &dir.join(current), generation),
+        // An earlier try swapped `..data` already (and recorded what it
+        // replaced), then failed: the content now published is not the
+        // rejected one.
+        _ => swap(dir, generation, &Keep::Nothing).map(drop),
     }
 }
 
@@ -651,6 +656,27 @@ mod tests {
         publish(&dir, &g3, &Keep::Published).unwrap();
         assert!(!dir.join(REJECTED).exists());
         assert!(!was_rejected(&dir, &g3).unwrap());
+    }
+
+    #[test]
+    fn a_rollback_tried_again_after_it_swapped_data_records_what_was_rejected_not_what_is_back() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().to_path_buf();
+        let g1 = generation(&dir, &[("a", "1")]);
+        publish(&dir, &g1, &Keep::Published).unwrap();
+        let g2 = generation(&dir, &[("a", "2")]);
+        publish(&dir, &g2, &Keep::Published).unwrap();
+        // A first try that recorded 2 and swapped `..data`, then failed
+        // before the rest (the keys' links: a full disk).
+        Rejection::of(&g2).unwrap().record(&dir).unwrap();
+        relink(&dir, &dir.join(DATA), Path::new(name_of(&g1))).unwrap();
+        roll_back(&dir, &g1).unwrap();
+        assert_eq!(read(&dir, "a"), "1");
+        assert!(!g2.exists() && kept(&dir).is_none());
+        let again = generation(&dir, &[("a", "2")]);
+        assert!(was_rejected(&dir, &again).unwrap(), "2 stays rejected");
+        let back = generation(&dir, &[("a", "1")]);
+        assert!(!was_rejected(&dir, &back).unwrap(), "1 is not");
     }
 
     #[test]
