@@ -591,7 +591,8 @@ impl Core {
             self.pipeline.recheck_deadline().filter(|_| watching),
             self.pipeline.splay_deadline().filter(|_| watching),
             self.pipeline.retry_deadline().filter(|_| acting),
-            self.pipeline.reverify_deadline().filter(|_| watching),
+            // Verify runs again only on a service that serves.
+            self.pipeline.reverify_deadline().filter(|_| self.serving()),
             self.pipeline.rollback_deadline().filter(|_| watching),
         ]
         .into_iter()
@@ -800,7 +801,16 @@ impl Core {
         }
         match self.phase {
             Phase::Running(inst) => {
-                self.verifications_cut_short(status, now);
+                // Stopped by tend (it never became ready), or on its own.
+                let why = if inst.stop.is_some() {
+                    format!(
+                        "the service did not become ready within {:?}",
+                        self.settings.ready_timeout
+                    )
+                } else {
+                    format!("the service exited while the change was verified ({status})")
+                };
+                self.verifications_cut_short(why, now);
                 let uptime = now.mono.saturating_duration_since(inst.since);
                 // Stopped by tend because it never became ready: a failure,
                 // whatever its exit code.
@@ -1384,7 +1394,9 @@ impl Core {
             // A start never waits: a service that is down reads every
             // checked change at once.
             let down = matches!(self.phase, Phase::Starting | Phase::WaitingForConfig);
-            self.pipeline.reverifies_due(now.mono);
+            if self.serving() {
+                self.pipeline.reverifies_due(now.mono);
+            }
             for (watch, fingerprint, generation) in self.pipeline.rollbacks_due(now.mono) {
                 tracing::info!(
                     watch = self.pipeline.name(watch),
@@ -1596,17 +1608,14 @@ impl Core {
         );
     }
 
-    /// The service exited on its own while changes were verified: with a
-    /// generation to go back to, they failed (the likeliest reason for the
-    /// exit is the change). Without one, verify goes on.
-    fn verifications_cut_short(&mut self, status: ExitStatus, now: Now) {
-        let ids: Vec<(WatchId, Fingerprint)> = self
-            .pipeline
-            .verifying()
-            .into_iter()
-            .filter(|(id, _)| self.pipeline.kept(*id).is_some())
-            .collect();
-        for (id, fp) in ids {
+    /// The service exited while changes were verified (on its own, or
+    /// stopped because it never became ready, `why`): they failed, the
+    /// likeliest reason for the exit being the change. With a generation to
+    /// go back to, they are rolled back; without one they are action_failed
+    /// while the restart policy starts the service again on them, and
+    /// verified again once an instance is ready.
+    fn verifications_cut_short(&mut self, why: String, now: Now) {
+        for (id, fp) in self.pipeline.verifying() {
             if let Some(j) = self
                 .jobs
                 .iter_mut()
@@ -1617,8 +1626,7 @@ impl Core {
                 let pid = j.pid;
                 self.signal_group(pid, Signal::SIGKILL as i32);
             }
-            let why = format!("the service exited while the change was verified ({status})");
-            self.verify_failed(id, fp, why, now);
+            self.verify_failed(id, fp, why.clone(), now);
         }
     }
 
@@ -1648,7 +1656,7 @@ impl Core {
             None => tracing::error!(
                 watch = name,
                 "{why}: the action failed; without `publish` there is no previous config to \
-                 roll back to; verifying again in {:?}{tail}",
+                 roll back to; verifying again in {:?}, once the service is ready{tail}",
                 self.pipeline.reverify_in(id, now.mono).unwrap_or_default()
             ),
         }
@@ -1658,7 +1666,7 @@ impl Core {
     /// verify starts once the service serves (a restarted service is ready):
     /// its time counts from then.
     fn run_verifications(&mut self, now: Now) {
-        let serving = matches!(self.phase, Phase::Running(i) if i.ready && i.stop.is_none());
+        let serving = self.serving();
         for (id, fp) in self.pipeline.verifying() {
             if serving && self.verifications.get(&id).is_none_or(|v| v.fp != fp) {
                 self.verifications.insert(
@@ -2049,6 +2057,12 @@ impl Core {
     }
 
     // ------------------------------------------------------------ helpers
+
+    /// One instance runs, is ready, and is not being stopped: what a
+    /// `verify` checks.
+    fn serving(&self) -> bool {
+        matches!(self.phase, Phase::Running(i) if i.ready && i.stop.is_none())
+    }
 
     /// The process that gets forwarded signals: the generation that serves.
     fn service_pid(&self) -> Option<Pid> {

@@ -2192,3 +2192,58 @@ fn a_rollback_that_cannot_put_the_previous_generation_back_is_tried_again_until_
     assert_eq!(f.state(), (State::InvalidConfig, false));
     assert_eq!(f.core.deadline(), None);
 }
+
+#[test]
+fn without_publish_a_restarted_service_that_never_becomes_ready_fails_its_verify() {
+    let toml = "[service]\nrestart = \"always\"\n[[watch]]\nname = \"app\"\npaths = [\"/a\"]\n\
+                check = [\"check\"]\non_change = \"restart\"\nverify = [\"verify\"]\n\
+                verify_timeout = \"5s\"\n";
+    let mut f = Fake::custom(toml, true, |s| {
+        s.notify = true;
+        s.ready_timeout = Duration::from_secs(10);
+    });
+    f.tick();
+    f.content(0, 1);
+    f.exit(f.job("check"), OK);
+    let first = f.service();
+    notify(&mut f, first, "READY=1");
+    assert_eq!(f.state(), (State::Ready, true));
+    f.content(0, 2);
+    let c = f.exit(f.job("check"), OK);
+    assert_eq!(signalled(&c, first)[0], TERM);
+    f.exit(first, ExitStatus::Signal(TERM));
+    assert_eq!(f.result(0), WatchResult::Verifying);
+    // Every instance on content 2 stays unready: each is stopped at its
+    // ready_timeout, and the restart policy starts another.
+    for n in 2..5 {
+        let svc = f.service();
+        let c = f.at_deadline();
+        assert_eq!(signalled(&c, svc)[0], TERM, "instance {n}");
+        f.exit(svc, ExitStatus::Signal(TERM));
+        assert_eq!(f.result(0), WatchResult::ActionFailed, "instance {n}");
+        assert!(!f.state().1);
+        let output = f.core.status().watches[0].check_output.clone();
+        assert!(
+            output.contains("did not become ready within 10s"),
+            "{output}"
+        );
+        f.at_deadline();
+        assert_eq!(f.services().len(), n + 1, "started again");
+        assert_eq!(f.result(0), WatchResult::ActionFailed, "not verifying");
+        assert_eq!(f.jobs("verify"), 0);
+        let now = f.t0 + f.elapsed;
+        assert!(
+            f.core.deadline().is_some_and(|d| d > now),
+            "nothing overdue that nothing acts on"
+        );
+    }
+    // One becomes ready after all: it is verified.
+    let last = f.service();
+    notify(&mut f, last, "READY=1");
+    assert_eq!(f.result(0), WatchResult::Verifying);
+    assert_eq!(f.jobs("verify"), 1);
+    f.exit(f.job("verify"), OK);
+    assert_eq!(f.result(0), WatchResult::Applied);
+    assert_eq!(f.state(), (State::Ready, true));
+    assert_eq!(f.core.deadline(), None);
+}
