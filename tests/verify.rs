@@ -498,3 +498,81 @@ fn a_rollback_the_publish_directory_refuses_is_tried_again_until_it_works() {
     tend.signal(Signal::SIGTERM);
     assert_eq!(tend.wait(secs(10.0)), 0);
 }
+
+/// The generation directories in each listing of `listings`: the
+/// `publish` directory as each check saw it (`ls -a`, then `---`).
+fn generations_seen(listings: &Path) -> Vec<Vec<String>> {
+    fs::read_to_string(listings)
+        .unwrap_or_default()
+        .split("---\n")
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            l.lines()
+                .filter(|n| {
+                    n.strip_prefix("..")
+                        .is_some_and(|s| s.starts_with(|c: char| c.is_ascii_digit()))
+                })
+                .map(String::from)
+                .collect()
+        })
+        .collect()
+}
+
+/// A change whose reload command fails stays published while it is
+/// retried, and the generation before it is kept to roll back to; a newer
+/// change then is copied and checked with no third generation beside them.
+#[test]
+fn the_publish_directory_never_holds_three_generations_when_a_failed_change_is_replaced() {
+    let sb = Sandbox::new();
+    let vol = sb.path("vol");
+    project(&vol, &[("app.conf", "good 1")]);
+    let published = sb.path("pub");
+    let listings = sb.path("listings");
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = {}\n{}\n\
+         [[watch]]\nname = \"app\"\npaths = [{:?}]\npublish = {:?}\n\
+         check = {}\non_change = \"exec\"\nexec = {}\nverify = [\"true\"]\n",
+        sb.service_toml(&[]),
+        sb.readiness_toml(),
+        vol.display().to_string(),
+        published.display().to_string(),
+        sh(&format!(
+            "ls -a {0} >> {1}; echo --- >> {1}; grep good \"$TEND_CANDIDATE/app.conf\"",
+            published.display(),
+            listings.display()
+        )),
+        sh(&format!(
+            "if grep -q 'fails to reload' {}/app.conf; then echo 'reload refused'; exit 1; fi",
+            published.display()
+        )),
+    ));
+    let tend = sb.tend().config(&cfg).start_ready();
+    project(&vol, &[("app.conf", "good 2 fails to reload")]);
+    tend.wait_stderr("reload command failed", secs(10.0));
+    let checks = generations_seen(&listings).len();
+    project(&vol, &[("app.conf", "good 3")]);
+    let status = sb.wait_state("ready", secs(15.0));
+    assert_eq!(status["watches"][0]["result"], "applied", "{status}");
+    assert_eq!(
+        fs::read_to_string(published.join("app.conf")).unwrap(),
+        "good 3"
+    );
+    let seen = generations_seen(&listings);
+    assert!(seen.len() > checks, "3 was checked: {seen:?}");
+    for generations in &seen {
+        assert!(generations.len() <= 2, "{seen:?}");
+    }
+    wait_for("the kept generation to be let go", secs(5.0), || {
+        let now = fs::read_dir(&published)
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .strip_prefix("..")
+                    .is_some_and(|s| s.starts_with(|c: char| c.is_ascii_digit()))
+            })
+            .count();
+        (now == 1).then_some(())
+    });
+}

@@ -119,6 +119,12 @@ pub enum Event {
         fingerprint: Fingerprint,
         result: Result<(), String>,
     },
+    /// The result of a [`Command::Withdraw`].
+    Withdrawn {
+        watch: WatchId,
+        fingerprint: Fingerprint,
+        result: Result<(), String>,
+    },
 }
 
 /// What a service said on NOTIFY_SOCKET (the sd_notify protocol).
@@ -198,6 +204,16 @@ pub enum Command {
         watch: WatchId,
         fingerprint: Fingerprint,
         generation: PathBuf,
+    },
+    /// Publish again the generation `kept` to roll back to, and remove the
+    /// one published after it, whose change was not applied (its action
+    /// failed, or has not run): newer content, `fingerprint`, is copied
+    /// next, and the directory holds two generations at most. Answered by
+    /// [`Event::Withdrawn`].
+    Withdraw {
+        watch: WatchId,
+        fingerprint: Fingerprint,
+        kept: PathBuf,
     },
     /// Remove a candidate that will not be published.
     Discard { watch: WatchId, candidate: PathBuf },
@@ -523,6 +539,11 @@ impl Core {
                 fingerprint,
                 result,
             } => self.on_rolled_back(watch, fingerprint, result, now),
+            Event::Withdrawn {
+                watch,
+                fingerprint,
+                result,
+            } => self.on_withdrawn(watch, fingerprint, result, now),
         }
         self.on_time(now);
         self.advance(now);
@@ -1493,6 +1514,16 @@ impl Core {
     }
 
     fn start_check(&mut self, id: WatchId, fp: Fingerprint, now: Now) {
+        if let Some(kept) = self.pipeline.kept(id) {
+            // What is published now was not applied (its action failed,
+            // or has not run): it goes before a third generation comes.
+            self.out.push(Command::Withdraw {
+                watch: id,
+                fingerprint: fp,
+                kept,
+            });
+            return;
+        }
         if self.pipeline.publishes(id) {
             // The check runs on a copy: the content it checks is the
             // content that is published.
@@ -1544,6 +1575,34 @@ impl Core {
                  applied again until it changes"
             ),
             _ => {}
+        }
+    }
+
+    /// The change published after the generation kept to roll back to is
+    /// withdrawn (or not): the newer content `fp` is copied now.
+    fn on_withdrawn(&mut self, id: WatchId, fp: Fingerprint, result: Result<(), String>, now: Now) {
+        if !self.pipeline_runs() || !self.pipeline.is_checking(id, fp) {
+            return;
+        }
+        let name = self.pipeline.name(id).to_string();
+        match result {
+            Ok(()) => {
+                tracing::info!(
+                    watch = name,
+                    "the published config, not applied, is replaced by a newer one: published \
+                     the previous config again while the newer one is checked"
+                );
+                self.pipeline.withdrawn(id);
+                self.start_check(id, fp, now);
+            }
+            Err(why) => {
+                let why = format!(
+                    "cannot publish the previous config again before the newer one is checked: \
+                     {why}"
+                );
+                let again = self.pipeline.fault(id, fp, why.clone(), now.mono);
+                tracing::error!(watch = name, "{why}; trying again in {again:?}");
+            }
         }
     }
 
@@ -1783,8 +1842,10 @@ impl Core {
 
     /// Publishes the candidate of `fp` of watch `id`, if it has one. When
     /// an action will be verified, the generation to roll back to is kept:
-    /// the one it replaces, or, while that one was not verified, the one
-    /// still kept from before it.
+    /// the one it replaces. (One kept from before, while what replaced it
+    /// was not verified, was published again before the candidate was
+    /// made: see [`Command::Withdraw`]. Were it still kept, it would stay
+    /// the one to go back to.)
     fn publish(&mut self, id: WatchId, fp: Fingerprint) {
         if let Some(candidate) = self.pipeline.take_candidate(id) {
             let keep = match (&self.watches[id.0].verify, self.pipeline.kept(id)) {

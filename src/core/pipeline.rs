@@ -393,6 +393,20 @@ impl Pipeline {
             .map(|(dir, _)| dir.clone())
     }
 
+    /// The generation kept to roll back to is published again, and the one
+    /// published after it is gone (newer content replaced that change, which
+    /// was not applied).
+    pub fn withdrawn(&mut self, id: WatchId) {
+        let e = self.entry(id);
+        if let Some((_, kept)) = e.previous.take() {
+            e.published = Some(kept);
+            e.passed = match kept {
+                Published::Now(p) => Some(p),
+                Published::Earlier => None,
+            };
+        }
+    }
+
     /// Records the newest content of a watch.
     pub fn observe(&mut self, id: WatchId, fp: Fingerprint, at: SystemTime) -> Observed {
         let e = self.entry(id);

@@ -1726,6 +1726,25 @@ impl Fake {
     }
 }
 
+fn withdraw_asked(commands: &[Command]) -> Option<PathBuf> {
+    commands.iter().find_map(|c| match c {
+        Command::Withdraw { kept, .. } => Some(kept.clone()),
+        _ => None,
+    })
+}
+
+impl Fake {
+    /// The published generation was withdrawn (or not) before content `n`
+    /// is copied.
+    fn withdrawn(&mut self, n: u8, result: Result<(), &str>) -> Vec<Command> {
+        self.send(Event::Withdrawn {
+            watch: WatchId(0),
+            fingerprint: test_fingerprint(n),
+            result: result.map_err(String::from),
+        })
+    }
+}
+
 fn publish_asked(commands: &[Command]) -> Option<(PathBuf, Keep)> {
     commands.iter().find_map(|c| match c {
         Command::Publish {
@@ -1889,16 +1908,18 @@ fn the_generation_kept_to_roll_back_to_is_the_last_verified_one() {
     f.published_over(2, Ok(()), Some("/pub/..g1"));
     f.exit(f.job("reload"), FAIL);
     assert_eq!(f.result(0), WatchResult::ActionFailed);
-    // Content 3 replaces 2, whose action failed: 1 stays the one to go back to.
-    f.content(0, 3);
+    // Content 3 replaces 2, whose action failed: 1 stays the one to go
+    // back to (published again while 3 is checked).
+    assert_eq!(
+        withdraw_asked(&f.content(0, 3)).as_deref(),
+        Some(Path::new("/pub/..g1"))
+    );
+    f.withdrawn(3, Ok(()));
     f.snapshot(3, Ok("/pub/..g3"));
     let c = f.exit(f.job("check"), OK);
     assert_eq!(
         publish_asked(&c),
-        Some((
-            PathBuf::from("/pub/..g3"),
-            Keep::Generation(PathBuf::from("/pub/..g1"))
-        ))
+        Some((PathBuf::from("/pub/..g3"), Keep::Published))
     );
     f.published_over(3, Ok(()), Some("/pub/..g1"));
     f.exit(f.job("reload"), OK);
@@ -2246,4 +2267,81 @@ fn without_publish_a_restarted_service_that_never_becomes_ready_fails_its_verify
     assert_eq!(f.result(0), WatchResult::Applied);
     assert_eq!(f.state(), (State::Ready, true));
     assert_eq!(f.core.deadline(), None);
+}
+
+#[test]
+fn a_newer_change_withdraws_a_published_one_whose_action_failed_before_it_is_copied() {
+    let toml = verified_toml("", "on_change = \"exec\"\nexec = [\"reload\"]", "");
+    // During the retry back-off of the failed action.
+    let mut f = Fake::verified_with(&toml);
+    f.candidate(2, "/pub/..g2", OK);
+    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    f.exit(f.job("reload"), FAIL);
+    assert!(f.core.deadline().is_some(), "the action's retry");
+    let c = f.content(0, 3);
+    assert!(
+        snapshot_asked(&c).is_none(),
+        "not a third generation: {c:?}"
+    );
+    assert_eq!(withdraw_asked(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    // The directory cannot be written: tried again, like a publication.
+    f.withdrawn(
+        3,
+        Err("cannot rename over /pub/..data: Read-only file system"),
+    );
+    assert_eq!(f.result(0), WatchResult::ActionFailed);
+    let output = f.core.status().watches[0].check_output.clone();
+    assert!(output.contains("Read-only file system"), "{output}");
+    let reloads = f.jobs("reload");
+    let before = f.elapsed;
+    let c = f.at_deadline();
+    assert_eq!(f.elapsed - before, Duration::from_secs(1));
+    assert_eq!(withdraw_asked(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    assert_eq!(f.jobs("reload"), reloads, "2's action is not retried");
+    let c = f.withdrawn(3, Ok(()));
+    assert_eq!(snapshot_asked(&c), Some(test_fingerprint(3)));
+    f.snapshot(3, Ok("/pub/..g3"));
+    f.exit(f.job("check"), FAIL);
+    assert_eq!(f.result(0), WatchResult::Invalid);
+    // Newer content after that is published as usual, keeping 1.
+    assert!(withdraw_asked(&f.content(0, 4)).is_none());
+    f.snapshot(4, Ok("/pub/..g4"));
+    let c = f.exit(f.job("check"), OK);
+    assert_eq!(
+        publish_asked(&c),
+        Some((PathBuf::from("/pub/..g4"), Keep::Published))
+    );
+    f.published_over(4, Ok(()), Some("/pub/..g1"));
+    f.exit(f.job("reload"), OK);
+    let c = f.exit(f.job("verify"), OK);
+    assert_eq!(discarded(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    assert_eq!(f.result(0), WatchResult::Applied);
+    assert_eq!(f.state(), (State::Ready, true));
+    assert_eq!(f.core.deadline(), None);
+
+    // While the failing action runs.
+    let mut f = Fake::verified_with(&toml);
+    f.candidate(2, "/pub/..g2", OK);
+    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    assert!(
+        snapshot_asked(&f.content(0, 3)).is_none(),
+        "the action first"
+    );
+    let c = f.exit(f.job("reload"), FAIL);
+    assert!(snapshot_asked(&c).is_none(), "{c:?}");
+    assert_eq!(withdraw_asked(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    let c = f.withdrawn(3, Ok(()));
+    assert_eq!(snapshot_asked(&c), Some(test_fingerprint(3)));
+
+    // Without a generation kept, nothing is withdrawn.
+    let mut f = Fake::verified_with(&toml);
+    f.candidate(2, "/pub/..g2", OK);
+    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    f.exit(f.job("reload"), OK);
+    f.exit(f.job("verify"), OK);
+    assert!(
+        f.content(0, 3)
+            .iter()
+            .all(|c| !matches!(c, Command::Withdraw { .. }))
+    );
 }

@@ -24,7 +24,10 @@
 //! rejected. Both outlive tend, as the directory does: a tend that starts
 //! while `..previous` is there was stopped in the middle of a verify, and
 //! rolls back first; and the first content it sees is not applied when it
-//! is the rejected one.
+//! is the rejected one. A change that was not applied (its action failed)
+//! and is replaced by newer content is withdrawn before the newer content
+//! is copied: the kept generation is published again, so no third one is
+//! ever beside them.
 //!
 //! Every call here is made by the watcher thread (or before the loop
 //! starts), never by PID 1's loop.
@@ -252,6 +255,14 @@ pub fn roll_back(dir: &Path, generation: &Path) -> io::Result<()> {
         // rejected one.
         _ => swap(dir, generation, &Keep::Nothing).map(drop),
     }
+}
+
+/// Publishes `generation`, kept by [`publish`], again, and removes the one
+/// published after it: that change was never applied (its action failed),
+/// and newer content replaces it. Unlike [`roll_back`], nothing is
+/// recorded as rejected.
+pub fn withdraw(dir: &Path, generation: &Path) -> io::Result<()> {
+    swap(dir, generation, &Keep::Nothing).map(drop)
 }
 
 /// Records `rejected` as such, then publishes `previous` again. In this
@@ -677,6 +688,27 @@ mod tests {
         assert!(was_rejected(&dir, &again).unwrap(), "2 stays rejected");
         let back = generation(&dir, &[("a", "1")]);
         assert!(!was_rejected(&dir, &back).unwrap(), "1 is not");
+    }
+
+    #[test]
+    fn a_change_withdrawn_for_a_newer_one_leaves_the_kept_generation_published() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().to_path_buf();
+        let g1 = generation(&dir, &[("a", "1"), ("only-in-1", "x")]);
+        publish(&dir, &g1, &Keep::Published).unwrap();
+        let g2 = generation(&dir, &[("a", "2")]);
+        publish(&dir, &g2, &Keep::Published).unwrap();
+        withdraw(&dir, &g1).unwrap();
+        assert_eq!(read(&dir, "a"), "1");
+        assert_eq!(read(&dir, "only-in-1"), "x");
+        assert!(!g2.exists() && kept(&dir).is_none());
+        assert!(!dir.join(REJECTED).exists(), "nothing was rejected");
+        let g1_name = name_of(&g1).to_string_lossy().into_owned();
+        assert_eq!(
+            entries(&dir),
+            [g1_name.as_str(), "..data", "a", "only-in-1"]
+        );
+        assert!(!prepare(&dir, true).unwrap().unwrap().rolled_back);
     }
 
     #[test]
