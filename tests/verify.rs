@@ -576,3 +576,50 @@ fn the_publish_directory_never_holds_three_generations_when_a_failed_change_is_r
         (now == 1).then_some(())
     });
 }
+
+/// Without `publish`, a restart on a config that keeps the service from
+/// ever becoming ready: the restart policy starts it again and again, and
+/// the watch says action_failed all along, not verifying.
+#[test]
+fn without_publish_a_restart_that_never_becomes_ready_is_an_action_failure() {
+    let sb = Sandbox::new();
+    let vol = sb.path("vol");
+    project(&vol, &[("app.conf", "good 1")]);
+    let conf = vol.join("app.conf");
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = {}\nrestart = \"always\"\nready_timeout = \"1s\"\nready_check = {}\n{}\n\
+         [[watch]]\nname = \"app\"\npaths = [{:?}]\ncheck = {}\non_change = \"restart\"\n\
+         verify = [\"true\"]\n",
+        sb.service_toml(&[]),
+        sh(&format!("! grep -q 'never ready' {}", conf.display())),
+        sb.readiness_toml(),
+        vol.display().to_string(),
+        sh(&format!("grep good {}", conf.display())),
+    ));
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    let starts = sb.log("service start").len();
+    project(&vol, &[("app.conf", "good but never ready 2")]);
+    wait_for("action_failed", secs(10.0), || {
+        sb.status()
+            .filter(|s| s["watches"][0]["result"] == "action_failed")
+    });
+    // Two more starts on it, each stopped at its ready_timeout: the result
+    // stays the same all along.
+    wait_for("two more starts", secs(15.0), || {
+        let status = sb.status()?;
+        assert_eq!(status["watches"][0]["result"], "action_failed", "{status}");
+        assert!(!sb.is_ready(), "{status}");
+        (sb.log("service start").len() >= starts + 3).then_some(())
+    });
+    let output = sb.status().unwrap()["watches"][0]["check_output"].to_string();
+    assert!(
+        output.contains("did not become ready within 1s"),
+        "{output}"
+    );
+
+    project(&vol, &[("app.conf", "good 3")]);
+    let status = sb.wait_state("ready", secs(15.0));
+    assert_eq!(status["watches"][0]["result"], "applied", "{status}");
+    tend.signal(Signal::SIGTERM);
+    tend.wait(secs(10.0));
+}
