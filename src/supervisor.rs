@@ -224,6 +224,15 @@ impl Supervisor {
                         .ask(Request::Rollback(watch, fingerprint, generation));
                     None
                 }
+                Command::Withdraw {
+                    watch,
+                    fingerprint,
+                    kept,
+                } => {
+                    self.watcher
+                        .ask(Request::Withdraw(watch, fingerprint, kept));
+                    None
+                }
                 Command::Discard { watch, candidate } => {
                     self.watcher.ask(Request::Discard(watch, candidate));
                     None
@@ -461,6 +470,15 @@ impl Supervisor {
                 fingerprint,
                 result,
             } => Event::RolledBack {
+                watch,
+                fingerprint,
+                result,
+            },
+            Done::Withdrawn {
+                watch,
+                fingerprint,
+                result,
+            } => Event::Withdrawn {
                 watch,
                 fingerprint,
                 result,

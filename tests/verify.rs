@@ -414,3 +414,212 @@ fn the_in_place_example_rolls_back_an_overlap_restart_that_fails_verify() {
         "{err}"
     );
 }
+
+/// Makes a directory writable again when dropped, so a failed test leaves
+/// no immutable directory behind.
+struct Immutable(PathBuf);
+
+impl Immutable {
+    fn lift(&self) {
+        let ok = std::process::Command::new("chattr")
+            .arg("-i")
+            .arg(&self.0)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "chattr -i {}", self.0.display());
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("chattr")
+            .arg("-i")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// The `publish` directory cannot be written when the rollback comes (here
+/// the failing verify makes it immutable): the rollback is tried again,
+/// and the status says what fails, until the directory is writable again.
+#[test]
+fn a_rollback_the_publish_directory_refuses_is_tried_again_until_it_works() {
+    let sb = Sandbox::new();
+    let vol = sb.path("vol");
+    project(&vol, &[("app.conf", "good 1")]);
+    let published = sb.path("pub");
+    let lock = Immutable(published.clone());
+    let verify = sh(&format!(
+        "if grep -q broken {0}/app.conf; then chattr +i {0}; echo 'HTTP 502 from /healthz'; exit 1; fi",
+        published.display()
+    ));
+    let cfg = config_verifying(&sb, &verify, "verify_timeout = \"1s\"");
+    let mut tend = sb.tend().config(&cfg).start_ready();
+
+    project(&vol, &[("app.conf", "good but broken 2")]);
+    let failing = "cannot put the previous config back";
+    let status = wait_for("the rollback to fail", secs(10.0), || {
+        sb.status().filter(|s| {
+            s["watches"][0]["check_output"]
+                .as_str()
+                .is_some_and(|o| o.contains(failing))
+        })
+    });
+    let watch = &status["watches"][0];
+    assert_eq!(watch["result"], "action_failed", "{status}");
+    assert!(
+        watch["check_output"].as_str().unwrap().contains("HTTP 502"),
+        "{status}"
+    );
+    // Tried again, and again.
+    wait_for("a second try", secs(10.0), || {
+        (tend.stderr().matches(failing).count() >= 2).then_some(())
+    });
+    assert!(!sb.is_ready(), "the service runs the rejected config");
+    assert_eq!(
+        fs::read_to_string(published.join("app.conf")).unwrap(),
+        "good but broken 2"
+    );
+    assert_eq!(sb.seen_on("SIGHUP"), ["good but broken 2"]);
+
+    lock.lift();
+    let status = sb.wait_state("invalid_config", secs(15.0));
+    assert_eq!(status["watches"][0]["result"], "rolled_back", "{status}");
+    let output = status["watches"][0]["check_output"].as_str().unwrap();
+    assert!(!output.contains(failing), "{output}");
+    assert_eq!(
+        fs::read_to_string(published.join("app.conf")).unwrap(),
+        "good 1"
+    );
+    sb.wait_log("service sig SIGHUP", 2, secs(5.0));
+    assert_eq!(sb.seen_on("SIGHUP"), ["good but broken 2", "good 1"]);
+    assert!(!sb.is_ready());
+    tend.signal(Signal::SIGTERM);
+    assert_eq!(tend.wait(secs(10.0)), 0);
+}
+
+/// The generation directories in each listing of `listings`: the
+/// `publish` directory as each check saw it (`ls -a`, then `---`).
+fn generations_seen(listings: &Path) -> Vec<Vec<String>> {
+    fs::read_to_string(listings)
+        .unwrap_or_default()
+        .split("---\n")
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            l.lines()
+                .filter(|n| {
+                    n.strip_prefix("..")
+                        .is_some_and(|s| s.starts_with(|c: char| c.is_ascii_digit()))
+                })
+                .map(String::from)
+                .collect()
+        })
+        .collect()
+}
+
+/// A change whose reload command fails stays published while it is
+/// retried, and the generation before it is kept to roll back to; a newer
+/// change then is copied and checked with no third generation beside them.
+#[test]
+fn the_publish_directory_never_holds_three_generations_when_a_failed_change_is_replaced() {
+    let sb = Sandbox::new();
+    let vol = sb.path("vol");
+    project(&vol, &[("app.conf", "good 1")]);
+    let published = sb.path("pub");
+    let listings = sb.path("listings");
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = {}\n{}\n\
+         [[watch]]\nname = \"app\"\npaths = [{:?}]\npublish = {:?}\n\
+         check = {}\non_change = \"exec\"\nexec = {}\nverify = [\"true\"]\n",
+        sb.service_toml(&[]),
+        sb.readiness_toml(),
+        vol.display().to_string(),
+        published.display().to_string(),
+        sh(&format!(
+            "ls -a {0} >> {1}; echo --- >> {1}; grep good \"$TEND_CANDIDATE/app.conf\"",
+            published.display(),
+            listings.display()
+        )),
+        sh(&format!(
+            "if grep -q 'fails to reload' {}/app.conf; then echo 'reload refused'; exit 1; fi",
+            published.display()
+        )),
+    ));
+    let tend = sb.tend().config(&cfg).start_ready();
+    project(&vol, &[("app.conf", "good 2 fails to reload")]);
+    tend.wait_stderr("reload command failed", secs(10.0));
+    let checks = generations_seen(&listings).len();
+    project(&vol, &[("app.conf", "good 3")]);
+    let status = sb.wait_state("ready", secs(15.0));
+    assert_eq!(status["watches"][0]["result"], "applied", "{status}");
+    assert_eq!(
+        fs::read_to_string(published.join("app.conf")).unwrap(),
+        "good 3"
+    );
+    let seen = generations_seen(&listings);
+    assert!(seen.len() > checks, "3 was checked: {seen:?}");
+    for generations in &seen {
+        assert!(generations.len() <= 2, "{seen:?}");
+    }
+    wait_for("the kept generation to be let go", secs(5.0), || {
+        let now = fs::read_dir(&published)
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .strip_prefix("..")
+                    .is_some_and(|s| s.starts_with(|c: char| c.is_ascii_digit()))
+            })
+            .count();
+        (now == 1).then_some(())
+    });
+}
+
+/// Without `publish`, a restart on a config that keeps the service from
+/// ever becoming ready: the restart policy starts it again and again, and
+/// the watch says action_failed all along, not verifying.
+#[test]
+fn without_publish_a_restart_that_never_becomes_ready_is_an_action_failure() {
+    let sb = Sandbox::new();
+    let vol = sb.path("vol");
+    project(&vol, &[("app.conf", "good 1")]);
+    let conf = vol.join("app.conf");
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = {}\nrestart = \"always\"\nready_timeout = \"1s\"\nready_check = {}\n{}\n\
+         [[watch]]\nname = \"app\"\npaths = [{:?}]\ncheck = {}\non_change = \"restart\"\n\
+         verify = [\"true\"]\n",
+        sb.service_toml(&[]),
+        sh(&format!("! grep -q 'never ready' {}", conf.display())),
+        sb.readiness_toml(),
+        vol.display().to_string(),
+        sh(&format!("grep good {}", conf.display())),
+    ));
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    let starts = sb.log("service start").len();
+    project(&vol, &[("app.conf", "good but never ready 2")]);
+    wait_for("action_failed", secs(10.0), || {
+        sb.status()
+            .filter(|s| s["watches"][0]["result"] == "action_failed")
+    });
+    // Two more starts on it, each stopped at its ready_timeout: the result
+    // stays the same all along.
+    wait_for("two more starts", secs(15.0), || {
+        let status = sb.status()?;
+        assert_eq!(status["watches"][0]["result"], "action_failed", "{status}");
+        assert!(!sb.is_ready(), "{status}");
+        (sb.log("service start").len() >= starts + 3).then_some(())
+    });
+    let output = sb.status().unwrap()["watches"][0]["check_output"].to_string();
+    assert!(
+        output.contains("did not become ready within 1s"),
+        "{output}"
+    );
+
+    project(&vol, &[("app.conf", "good 3")]);
+    let status = sb.wait_state("ready", secs(15.0));
+    assert_eq!(status["watches"][0]["result"], "applied", "{status}");
+    tend.signal(Signal::SIGTERM);
+    tend.wait(secs(10.0));
+}

@@ -119,6 +119,12 @@ pub enum Event {
         fingerprint: Fingerprint,
         result: Result<(), String>,
     },
+    /// The result of a [`Command::Withdraw`].
+    Withdrawn {
+        watch: WatchId,
+        fingerprint: Fingerprint,
+        result: Result<(), String>,
+    },
 }
 
 /// What a service said on NOTIFY_SOCKET (the sd_notify protocol).
@@ -198,6 +204,16 @@ pub enum Command {
         watch: WatchId,
         fingerprint: Fingerprint,
         generation: PathBuf,
+    },
+    /// Publish again the generation `kept` to roll back to, and remove the
+    /// one published after it, whose change was not applied (its action
+    /// failed, or has not run): newer content, `fingerprint`, is copied
+    /// next, and the directory holds two generations at most. Answered by
+    /// [`Event::Withdrawn`].
+    Withdraw {
+        watch: WatchId,
+        fingerprint: Fingerprint,
+        kept: PathBuf,
     },
     /// Remove a candidate that will not be published.
     Discard { watch: WatchId, candidate: PathBuf },
@@ -522,7 +538,12 @@ impl Core {
                 watch,
                 fingerprint,
                 result,
-            } => self.on_rolled_back(watch, fingerprint, result),
+            } => self.on_rolled_back(watch, fingerprint, result, now),
+            Event::Withdrawn {
+                watch,
+                fingerprint,
+                result,
+            } => self.on_withdrawn(watch, fingerprint, result, now),
         }
         self.on_time(now);
         self.advance(now);
@@ -591,7 +612,9 @@ impl Core {
             self.pipeline.recheck_deadline().filter(|_| watching),
             self.pipeline.splay_deadline().filter(|_| watching),
             self.pipeline.retry_deadline().filter(|_| acting),
-            self.pipeline.reverify_deadline().filter(|_| watching),
+            // Verify runs again only on a service that serves.
+            self.pipeline.reverify_deadline().filter(|_| self.serving()),
+            self.pipeline.rollback_deadline().filter(|_| watching),
         ]
         .into_iter()
         .flatten()
@@ -802,7 +825,16 @@ impl Core {
         }
         match self.phase {
             Phase::Running(inst) => {
-                self.verifications_cut_short(status, now);
+                // Stopped by tend (it never became ready), or on its own.
+                let why = if inst.stop.is_some() {
+                    format!(
+                        "the service did not become ready within {:?}",
+                        self.settings.ready_timeout
+                    )
+                } else {
+                    format!("the service exited while the change was verified ({status})")
+                };
+                self.verifications_cut_short(why, now);
                 let uptime = now.mono.saturating_duration_since(inst.since);
                 // Stopped by tend because it never became ready: a failure,
                 // whatever its exit code.
@@ -1386,7 +1418,20 @@ impl Core {
             // A start never waits: a service that is down reads every
             // checked change at once.
             let down = matches!(self.phase, Phase::Starting | Phase::WaitingForConfig);
-            self.pipeline.reverifies_due(now.mono);
+            if self.serving() {
+                self.pipeline.reverifies_due(now.mono);
+            }
+            for (watch, fingerprint, generation) in self.pipeline.rollbacks_due(now.mono) {
+                tracing::info!(
+                    watch = self.pipeline.name(watch),
+                    "trying again to put the previous config back"
+                );
+                self.out.push(Command::Rollback {
+                    watch,
+                    fingerprint,
+                    generation,
+                });
+            }
             for (id, fp) in self.pipeline.splays_due(now.mono, down) {
                 self.publish(id, fp);
             }
@@ -1411,10 +1456,14 @@ impl Core {
     /// Says why the service does not start at once, when it does not.
     fn explain_waiting(&self) {
         if let Some((watch, result)) = self.pipeline.first_unpassed() {
-            let why = if result == crate::status::WatchResult::Invalid {
-                "failed its check"
-            } else {
-                "is not checked yet"
+            let why = match result {
+                crate::status::WatchResult::Invalid => "failed its check",
+                // With `publish`: a copy, a publication or a rollback failed.
+                crate::status::WatchResult::ActionFailed => {
+                    "could not be published yet (see its check_output)"
+                }
+                crate::status::WatchResult::RolledBack => "is being rolled back",
+                _ => "is not checked yet",
             };
             tracing::warn!(
                 watch,
@@ -1468,6 +1517,16 @@ impl Core {
     }
 
     fn start_check(&mut self, id: WatchId, fp: Fingerprint, now: Now) {
+        if let Some(kept) = self.pipeline.kept(id) {
+            // What is published now was not applied (its action failed,
+            // or has not run): it goes before a third generation comes.
+            self.out.push(Command::Withdraw {
+                watch: id,
+                fingerprint: fp,
+                kept,
+            });
+            return;
+        }
         if self.pipeline.publishes(id) {
             // The check runs on a copy: the content it checks is the
             // content that is published.
@@ -1497,21 +1556,57 @@ impl Core {
     }
 
     /// The previous generation is published again (or not): the action
-    /// runs again so the service reads it.
-    fn on_rolled_back(&mut self, id: WatchId, fp: Fingerprint, result: Result<(), String>) {
+    /// runs again so the service reads it, or the rollback is tried again.
+    fn on_rolled_back(
+        &mut self,
+        id: WatchId,
+        fp: Fingerprint,
+        result: Result<(), String>,
+        now: Now,
+    ) {
         let name = self.pipeline.name(id).to_string();
-        match &result {
-            Ok(()) => tracing::warn!(
+        let failed = result.as_ref().err().cloned();
+        match (self.pipeline.rolled_back(id, fp, result, now.mono), failed) {
+            (Some(again), Some(why)) => tracing::error!(
+                watch = name,
+                "cannot put the previous config back: {why}; the service keeps the rejected one \
+                 until it is back; trying again in {again:?}"
+            ),
+            (None, None) => tracing::warn!(
                 watch = name,
                 "put the previous config back: applying it again; the rejected config is not \
                  applied again until it changes"
             ),
-            Err(why) => tracing::error!(
-                watch = name,
-                "cannot put the previous config back: {why}; the service keeps the new one"
-            ),
+            _ => {}
         }
-        self.pipeline.rolled_back(id, fp, result);
+    }
+
+    /// The change published after the generation kept to roll back to is
+    /// withdrawn (or not): the newer content `fp` is copied now.
+    fn on_withdrawn(&mut self, id: WatchId, fp: Fingerprint, result: Result<(), String>, now: Now) {
+        if !self.pipeline_runs() || !self.pipeline.is_checking(id, fp) {
+            return;
+        }
+        let name = self.pipeline.name(id).to_string();
+        match result {
+            Ok(()) => {
+                tracing::info!(
+                    watch = name,
+                    "the published config, not applied, is replaced by a newer one: published \
+                     the previous config again while the newer one is checked"
+                );
+                self.pipeline.withdrawn(id);
+                self.start_check(id, fp, now);
+            }
+            Err(why) => {
+                let why = format!(
+                    "cannot publish the previous config again before the newer one is checked: \
+                     {why}"
+                );
+                let again = self.pipeline.fault(id, fp, why.clone(), now.mono);
+                tracing::error!(watch = name, "{why}; trying again in {again:?}");
+            }
+        }
     }
 
     /// A `verify` run ended.
@@ -1575,17 +1670,14 @@ impl Core {
         );
     }
 
-    /// The service exited on its own while changes were verified: with a
-    /// generation to go back to, they failed (the likeliest reason for the
-    /// exit is the change). Without one, verify goes on.
-    fn verifications_cut_short(&mut self, status: ExitStatus, now: Now) {
-        let ids: Vec<(WatchId, Fingerprint)> = self
-            .pipeline
-            .verifying()
-            .into_iter()
-            .filter(|(id, _)| self.pipeline.kept(*id).is_some())
-            .collect();
-        for (id, fp) in ids {
+    /// The service exited while changes were verified (on its own, or
+    /// stopped because it never became ready, `why`): they failed, the
+    /// likeliest reason for the exit being the change. With a generation to
+    /// go back to, they are rolled back; without one they are action_failed
+    /// while the restart policy starts the service again on them, and
+    /// verified again once an instance is ready.
+    fn verifications_cut_short(&mut self, why: String, now: Now) {
+        for (id, fp) in self.pipeline.verifying() {
             if let Some(j) = self
                 .jobs
                 .iter_mut()
@@ -1596,8 +1688,7 @@ impl Core {
                 let pid = j.pid;
                 self.signal_group(pid, Signal::SIGKILL as i32);
             }
-            let why = format!("the service exited while the change was verified ({status})");
-            self.verify_failed(id, fp, why, now);
+            self.verify_failed(id, fp, why.clone(), now);
         }
     }
 
@@ -1627,7 +1718,7 @@ impl Core {
             None => tracing::error!(
                 watch = name,
                 "{why}: the action failed; without `publish` there is no previous config to \
-                 roll back to; verifying again in {:?}{tail}",
+                 roll back to; verifying again in {:?}, once the service is ready{tail}",
                 self.pipeline.reverify_in(id, now.mono).unwrap_or_default()
             ),
         }
@@ -1637,7 +1728,7 @@ impl Core {
     /// verify starts once the service serves (a restarted service is ready):
     /// its time counts from then.
     fn run_verifications(&mut self, now: Now) {
-        let serving = matches!(self.phase, Phase::Running(i) if i.ready && i.stop.is_none());
+        let serving = self.serving();
         for (id, fp) in self.pipeline.verifying() {
             if serving && self.verifications.get(&id).is_none_or(|v| v.fp != fp) {
                 self.verifications.insert(
@@ -1754,8 +1845,10 @@ impl Core {
 
     /// Publishes the candidate of `fp` of watch `id`, if it has one. When
     /// an action will be verified, the generation to roll back to is kept:
-    /// the one it replaces, or, while that one was not verified, the one
-    /// still kept from before it.
+    /// the one it replaces. (One kept from before, while what replaced it
+    /// was not verified, was published again before the candidate was
+    /// made: see [`Command::Withdraw`]. Were it still kept, it would stay
+    /// the one to go back to.)
     fn publish(&mut self, id: WatchId, fp: Fingerprint) {
         if let Some(candidate) = self.pipeline.take_candidate(id) {
             let keep = match (&self.watches[id.0].verify, self.pipeline.kept(id)) {
@@ -2028,6 +2121,12 @@ impl Core {
     }
 
     // ------------------------------------------------------------ helpers
+
+    /// One instance runs, is ready, and is not being stopped: what a
+    /// `verify` checks.
+    fn serving(&self) -> bool {
+        matches!(self.phase, Phase::Running(i) if i.ready && i.stop.is_none())
+    }
 
     /// The process that gets forwarded signals: the generation that serves.
     fn service_pid(&self) -> Option<Pid> {

@@ -25,7 +25,8 @@
 //! published before the action ([`Stage::Publishing`]); only then has the
 //! content passed. A failed snapshot or publication is a fault of tend's
 //! environment (a full disk), reported as action_failed and tried again
-//! with the recheck back-off.
+//! with the recheck back-off; so is a rollback that cannot put the previous
+//! generation back.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
@@ -62,6 +63,9 @@ enum Stage {
     Verifying(Fingerprint),
     /// `verify` failed: the previous generation is being put back.
     RollingBack(Fingerprint),
+    /// Putting the previous generation back failed (the `publish`
+    /// directory cannot be written): it is tried again then.
+    RollbackAt(Fingerprint, Instant),
     /// `verify` failed without a generation to go back to: it runs again
     /// then (the failure may have been transient).
     ReverifyAt(Fingerprint, Instant),
@@ -98,6 +102,9 @@ struct Entry {
     /// The action runs again to put the service back on the previous
     /// generation; the watch is rolled_back once it did.
     reapplying: bool,
+    /// What the status shows of the verify that failed, while its rollback
+    /// is on its way.
+    verify_output: String,
     /// The end of the splay wait, for the status file.
     action_at: Option<SystemTime>,
     /// The newest content seen.
@@ -181,7 +188,7 @@ const SNAPSHOT_AGAIN: Duration = Duration::from_millis(250);
 
 impl Entry {
     fn startable(&self) -> bool {
-        if matches!(self.stage, Stage::RollingBack(_)) {
+        if matches!(self.stage, Stage::RollingBack(_) | Stage::RollbackAt(..)) {
             // It starts on the generation being put back, once it is.
             return false;
         }
@@ -215,6 +222,7 @@ impl Pipeline {
                     verify: w.verify.is_some(),
                     previous: None,
                     reapplying: false,
+                    verify_output: String::new(),
                     action_at: None,
                     seen: None,
                     passed: None,
@@ -394,6 +402,20 @@ impl Pipeline {
             .map(|(dir, _)| dir.clone())
     }
 
+    /// The generation kept to roll back to is published again, and the one
+    /// published after it is gone (newer content replaced that change, which
+    /// was not applied).
+    pub fn withdrawn(&mut self, id: WatchId) {
+        let e = self.entry(id);
+        if let Some((_, kept)) = e.previous.take() {
+            e.published = Some(kept);
+            e.passed = match kept {
+                Published::Now(p) => Some(p),
+                Published::Earlier => None,
+            };
+        }
+    }
+
     /// Records the newest content of a watch.
     pub fn observe(&mut self, id: WatchId, fp: Fingerprint, at: SystemTime) -> Observed {
         let e = self.entry(id);
@@ -411,7 +433,8 @@ impl Pipeline {
             | Stage::Publishing(_)
             | Stage::Acting(_)
             | Stage::Verifying(_)
-            | Stage::RollingBack(_) => {}
+            | Stage::RollingBack(_)
+            | Stage::RollbackAt(..) => {}
             // The service goes back to the previous generation first.
             Stage::Valid(_) | Stage::RetryAt(..) if e.reapplying => {}
             // The newer content wins over a change still waiting.
@@ -732,6 +755,7 @@ impl Pipeline {
         e.check_output = shown(&output);
         e.good = false;
         if let Some((dir, _)) = &e.previous {
+            e.verify_output = e.check_output.clone();
             e.stage = Stage::RollingBack(fp);
             e.result = WatchResult::RolledBack;
             return Some(dir.clone());
@@ -767,18 +791,25 @@ impl Pipeline {
         }
     }
 
-    /// The previous generation is published again (`ok`), or could not be
-    /// (`why`): then the action runs again, so the service reads it.
-    pub fn rolled_back(&mut self, id: WatchId, fp: Fingerprint, result: Result<(), String>) {
+    /// The previous generation is published again (`Ok`): then the action
+    /// runs again, so the service reads it. Or it could not be (`why`):
+    /// the service still runs the rejected config, and the rollback is
+    /// tried again after the back-off of a failed publication, returned.
+    pub fn rolled_back(
+        &mut self,
+        id: WatchId,
+        fp: Fingerprint,
+        result: Result<(), String>,
+        now: Instant,
+    ) -> Option<Duration> {
         let e = self.entry(id);
         if e.stage != Stage::RollingBack(fp) {
-            return;
+            return None;
         }
-        let Some((_, previous)) = e.previous.take() else {
-            return;
-        };
+        let output = std::mem::take(&mut e.verify_output);
         match result {
             Ok(()) => {
+                let (_, previous) = e.previous.take()?;
                 e.published = Some(previous);
                 // A start now reads the generation put back: it must not
                 // count as applying the rejected content.
@@ -786,16 +817,57 @@ impl Pipeline {
                     Published::Now(p) => Some(p),
                     Published::Earlier => None,
                 };
+                e.check_output = output;
+                e.result = WatchResult::RolledBack;
+                e.recheck_delay = e.recheck;
                 e.reapplying = true;
                 e.stage = Stage::Valid(fp);
+                None
             }
             Err(why) => {
+                let again_in = e.recheck_delay;
+                e.recheck_delay = (e.recheck_delay * 2).min(RECHECK_MAX.max(e.recheck));
+                // `output` is shown already (escaped when the verify ended).
+                e.check_output = format!(
+                    "{output}{}",
+                    shown(&format!(
+                        "\n[tend: cannot put the previous config back: {why}; trying again \
+                         in {again_in:?}]"
+                    ))
+                );
+                e.verify_output = output;
                 e.result = WatchResult::ActionFailed;
-                e.check_output
-                    .push_str(&shown(&format!("\n[tend: the rollback failed: {why}]")));
-                e.stage = Stage::Idle;
+                e.stage = Stage::RollbackAt(fp, now + again_in);
+                Some(again_in)
             }
         }
+    }
+
+    /// Rollbacks whose next try is due are on their way again: the
+    /// watches, the rejected content, and the generation to put back.
+    pub fn rollbacks_due(&mut self, now: Instant) -> Vec<(WatchId, Fingerprint, PathBuf)> {
+        let mut due = Vec::new();
+        for (i, e) in self.entries.iter_mut().enumerate() {
+            if let Stage::RollbackAt(fp, at) = e.stage
+                && at <= now
+                && let Some((dir, _)) = &e.previous
+            {
+                e.stage = Stage::RollingBack(fp);
+                due.push((WatchId(i), fp, dir.clone()));
+            }
+        }
+        due
+    }
+
+    /// When a failed rollback is next tried again.
+    pub fn rollback_deadline(&self) -> Option<Instant> {
+        self.entries
+            .iter()
+            .filter_map(|e| match e.stage {
+                Stage::RollbackAt(_, at) => Some(at),
+                _ => None,
+            })
+            .min()
     }
 
     /// The content `fp`, being checked, is the one an earlier tend rolled

@@ -1726,6 +1726,25 @@ impl Fake {
     }
 }
 
+fn withdraw_asked(commands: &[Command]) -> Option<PathBuf> {
+    commands.iter().find_map(|c| match c {
+        Command::Withdraw { kept, .. } => Some(kept.clone()),
+        _ => None,
+    })
+}
+
+impl Fake {
+    /// The published generation was withdrawn (or not) before content `n`
+    /// is copied.
+    fn withdrawn(&mut self, n: u8, result: Result<(), &str>) -> Vec<Command> {
+        self.send(Event::Withdrawn {
+            watch: WatchId(0),
+            fingerprint: test_fingerprint(n),
+            result: result.map_err(String::from),
+        })
+    }
+}
+
 fn publish_asked(commands: &[Command]) -> Option<(PathBuf, Keep)> {
     commands.iter().find_map(|c| match c {
         Command::Publish {
@@ -1889,16 +1908,18 @@ fn the_generation_kept_to_roll_back_to_is_the_last_verified_one() {
     f.published_over(2, Ok(()), Some("/pub/..g1"));
     f.exit(f.job("reload"), FAIL);
     assert_eq!(f.result(0), WatchResult::ActionFailed);
-    // Content 3 replaces 2, whose action failed: 1 stays the one to go back to.
-    f.content(0, 3);
+    // Content 3 replaces 2, whose action failed: 1 stays the one to go
+    // back to (published again while 3 is checked).
+    assert_eq!(
+        withdraw_asked(&f.content(0, 3)).as_deref(),
+        Some(Path::new("/pub/..g1"))
+    );
+    f.withdrawn(3, Ok(()));
     f.snapshot(3, Ok("/pub/..g3"));
     let c = f.exit(f.job("check"), OK);
     assert_eq!(
         publish_asked(&c),
-        Some((
-            PathBuf::from("/pub/..g3"),
-            Keep::Generation(PathBuf::from("/pub/..g1"))
-        ))
+        Some((PathBuf::from("/pub/..g3"), Keep::Published))
     );
     f.published_over(3, Ok(()), Some("/pub/..g1"));
     f.exit(f.job("reload"), OK);
@@ -2103,4 +2124,224 @@ fn a_restarted_service_that_never_becomes_ready_is_rolled_back() {
     notify(&mut f, third, "READY=1");
     assert_eq!(f.state(), (State::InvalidConfig, false));
     assert_eq!(f.jobs("verify"), 0);
+}
+
+#[test]
+fn a_rollback_that_cannot_put_the_previous_generation_back_is_tried_again_until_it_can() {
+    let mut f = Fake::verified();
+    let svc = f.service();
+    f.apply_verified(2);
+    let (_, c) = f.fail_verify_until_its_time_is_up("HTTP 502");
+    assert_eq!(rollback_asked(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    let why = "cannot create /pub/..rejected.tmp: Operation not permitted";
+    let failed = |f: &mut Fake| {
+        f.send(Event::RolledBack {
+            watch: WatchId(0),
+            fingerprint: test_fingerprint(2),
+            result: Err(why.into()),
+        })
+    };
+    let mut waits = Vec::new();
+    for _ in 0..3 {
+        let c = failed(&mut f);
+        assert!(signalled(&c, svc).is_empty(), "nothing to apply yet");
+        // The service still runs the rejected config: the status says so.
+        assert_eq!(f.result(0), WatchResult::ActionFailed);
+        assert_eq!(f.state(), (State::Reloading, false));
+        let output = f.core.status().watches[0].check_output.clone();
+        assert!(
+            output.contains("HTTP 502")
+                && output.contains("Operation not permitted")
+                && output
+                    .matches("cannot put the previous config back")
+                    .count()
+                    == 1,
+            "{output}"
+        );
+        let before = f.elapsed;
+        let c = f.at_deadline();
+        waits.push((f.elapsed - before).as_secs());
+        assert_eq!(rollback_asked(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    }
+    assert_eq!(waits, [1, 2, 4], "the back-off of a failed publication");
+    // A newer change waits until the previous config is back.
+    assert!(snapshot_asked(&f.content(0, 3)).is_none());
+    assert!(f.core.deadline().is_none(), "the rollback is on its way");
+    let c = f.rolled_back(2);
+    assert_eq!(
+        signalled(&c, svc),
+        [Signal::SIGHUP as i32],
+        "applied again once it is back"
+    );
+    assert_eq!(snapshot_asked(&c), Some(test_fingerprint(3)), "then 3");
+    let output = f.core.status().watches[0].check_output.clone();
+    assert!(!output.contains("Operation not permitted"), "{output}");
+
+    // Without newer content, the watch is rolled_back once it is back.
+    let mut f = Fake::verified();
+    f.apply_verified(2);
+    f.fail_verify_until_its_time_is_up("HTTP 502");
+    failed(&mut f);
+    f.at_deadline();
+    let c = f.rolled_back(2);
+    assert_eq!(signalled(&c, f.service()), [Signal::SIGHUP as i32]);
+    assert_eq!(f.result(0), WatchResult::RolledBack);
+    assert_eq!(f.state(), (State::InvalidConfig, false));
+    assert_eq!(f.core.deadline(), None);
+    assert!(f.content(0, 2).is_empty(), "not applied again");
+
+    // A service that exits meanwhile starts again once the previous config
+    // is back, not on the rejected one.
+    let toml = verified_toml("restart = \"always\"", "on_change = \"signal\"", "");
+    let mut f = Fake::verified_with(&toml);
+    f.apply_verified(2);
+    f.fail_verify_until_its_time_is_up("HTTP 502");
+    failed(&mut f);
+    f.exit(f.service(), ExitStatus::Signal(KILL));
+    for _ in 0..3 {
+        let c = f.at_deadline();
+        assert!(spawns(&c).is_empty(), "{c:?}");
+        if rollback_asked(&c).is_some() {
+            failed(&mut f);
+        }
+    }
+    assert_eq!(f.services().len(), 1);
+    f.at_deadline();
+    let c = f.rolled_back(2);
+    assert_eq!(spawns(&c), [SpawnKind::Service]);
+    assert_eq!(f.result(0), WatchResult::RolledBack);
+    assert_eq!(f.state(), (State::InvalidConfig, false));
+    assert_eq!(f.core.deadline(), None);
+}
+
+#[test]
+fn without_publish_a_restarted_service_that_never_becomes_ready_fails_its_verify() {
+    let toml = "[service]\nrestart = \"always\"\n[[watch]]\nname = \"app\"\npaths = [\"/a\"]\n\
+                check = [\"check\"]\non_change = \"restart\"\nverify = [\"verify\"]\n\
+                verify_timeout = \"5s\"\n";
+    let mut f = Fake::custom(toml, true, |s| {
+        s.notify = true;
+        s.ready_timeout = Duration::from_secs(10);
+    });
+    f.tick();
+    f.content(0, 1);
+    f.exit(f.job("check"), OK);
+    let first = f.service();
+    notify(&mut f, first, "READY=1");
+    assert_eq!(f.state(), (State::Ready, true));
+    f.content(0, 2);
+    let c = f.exit(f.job("check"), OK);
+    assert_eq!(signalled(&c, first)[0], TERM);
+    f.exit(first, ExitStatus::Signal(TERM));
+    assert_eq!(f.result(0), WatchResult::Verifying);
+    // Every instance on content 2 stays unready: each is stopped at its
+    // ready_timeout, and the restart policy starts another.
+    for n in 2..5 {
+        let svc = f.service();
+        let c = f.at_deadline();
+        assert_eq!(signalled(&c, svc)[0], TERM, "instance {n}");
+        f.exit(svc, ExitStatus::Signal(TERM));
+        assert_eq!(f.result(0), WatchResult::ActionFailed, "instance {n}");
+        assert!(!f.state().1);
+        let output = f.core.status().watches[0].check_output.clone();
+        assert!(
+            output.contains("did not become ready within 10s"),
+            "{output}"
+        );
+        f.at_deadline();
+        assert_eq!(f.services().len(), n + 1, "started again");
+        assert_eq!(f.result(0), WatchResult::ActionFailed, "not verifying");
+        assert_eq!(f.jobs("verify"), 0);
+        let now = f.t0 + f.elapsed;
+        assert!(
+            f.core.deadline().is_some_and(|d| d > now),
+            "nothing overdue that nothing acts on"
+        );
+    }
+    // One becomes ready after all: it is verified.
+    let last = f.service();
+    notify(&mut f, last, "READY=1");
+    assert_eq!(f.result(0), WatchResult::Verifying);
+    assert_eq!(f.jobs("verify"), 1);
+    f.exit(f.job("verify"), OK);
+    assert_eq!(f.result(0), WatchResult::Applied);
+    assert_eq!(f.state(), (State::Ready, true));
+    assert_eq!(f.core.deadline(), None);
+}
+
+#[test]
+fn a_newer_change_withdraws_a_published_one_whose_action_failed_before_it_is_copied() {
+    let toml = verified_toml("", "on_change = \"exec\"\nexec = [\"reload\"]", "");
+    // During the retry back-off of the failed action.
+    let mut f = Fake::verified_with(&toml);
+    f.candidate(2, "/pub/..g2", OK);
+    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    f.exit(f.job("reload"), FAIL);
+    assert!(f.core.deadline().is_some(), "the action's retry");
+    let c = f.content(0, 3);
+    assert!(
+        snapshot_asked(&c).is_none(),
+        "not a third generation: {c:?}"
+    );
+    assert_eq!(withdraw_asked(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    // The directory cannot be written: tried again, like a publication.
+    f.withdrawn(
+        3,
+        Err("cannot rename over /pub/..data: Read-only file system"),
+    );
+    assert_eq!(f.result(0), WatchResult::ActionFailed);
+    let output = f.core.status().watches[0].check_output.clone();
+    assert!(output.contains("Read-only file system"), "{output}");
+    let reloads = f.jobs("reload");
+    let before = f.elapsed;
+    let c = f.at_deadline();
+    assert_eq!(f.elapsed - before, Duration::from_secs(1));
+    assert_eq!(withdraw_asked(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    assert_eq!(f.jobs("reload"), reloads, "2's action is not retried");
+    let c = f.withdrawn(3, Ok(()));
+    assert_eq!(snapshot_asked(&c), Some(test_fingerprint(3)));
+    f.snapshot(3, Ok("/pub/..g3"));
+    f.exit(f.job("check"), FAIL);
+    assert_eq!(f.result(0), WatchResult::Invalid);
+    // Newer content after that is published as usual, keeping 1.
+    assert!(withdraw_asked(&f.content(0, 4)).is_none());
+    f.snapshot(4, Ok("/pub/..g4"));
+    let c = f.exit(f.job("check"), OK);
+    assert_eq!(
+        publish_asked(&c),
+        Some((PathBuf::from("/pub/..g4"), Keep::Published))
+    );
+    f.published_over(4, Ok(()), Some("/pub/..g1"));
+    f.exit(f.job("reload"), OK);
+    let c = f.exit(f.job("verify"), OK);
+    assert_eq!(discarded(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    assert_eq!(f.result(0), WatchResult::Applied);
+    assert_eq!(f.state(), (State::Ready, true));
+    assert_eq!(f.core.deadline(), None);
+
+    // While the failing action runs.
+    let mut f = Fake::verified_with(&toml);
+    f.candidate(2, "/pub/..g2", OK);
+    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    assert!(
+        snapshot_asked(&f.content(0, 3)).is_none(),
+        "the action first"
+    );
+    let c = f.exit(f.job("reload"), FAIL);
+    assert!(snapshot_asked(&c).is_none(), "{c:?}");
+    assert_eq!(withdraw_asked(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    let c = f.withdrawn(3, Ok(()));
+    assert_eq!(snapshot_asked(&c), Some(test_fingerprint(3)));
+
+    // Without a generation kept, nothing is withdrawn.
+    let mut f = Fake::verified_with(&toml);
+    f.candidate(2, "/pub/..g2", OK);
+    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    f.exit(f.job("reload"), OK);
+    f.exit(f.job("verify"), OK);
+    assert!(
+        f.content(0, 3)
+            .iter()
+            .all(|c| !matches!(c, Command::Withdraw { .. }))
+    );
 }

@@ -24,7 +24,10 @@
 //! rejected. Both outlive tend, as the directory does: a tend that starts
 //! while `..previous` is there was stopped in the middle of a verify, and
 //! rolls back first; and the first content it sees is not applied when it
-//! is the rejected one.
+//! is the rejected one. A change that was not applied (its action failed)
+//! and is replaced by newer content is withdrawn before the newer content
+//! is copied: the kept generation is published again, so no third one is
+//! ever beside them.
 //!
 //! Every call here is made by the watcher thread (or before the loop
 //! starts), never by PID 1's loop.
@@ -241,12 +244,25 @@ fn swap(dir: &Path, generation: &Path, keep: &Keep) -> io::Result<Option<PathBuf
 }
 
 /// Publishes `generation`, kept by [`publish`], again: the content
-/// published now failed verify, and is recorded as rejected.
+/// published now failed verify, and is recorded as rejected. Tried again
+/// after a failure, it completes what the failed try left.
 pub fn roll_back(dir: &Path, generation: &Path) -> io::Result<()> {
+    let name = generation_name(dir, generation)?;
     match published(dir) {
-        Some(current) => put_back(dir, &dir.join(current), generation),
-        None => swap(dir, generation, &Keep::Nothing).map(drop),
+        Some(current) if current != name => put_back(dir, &dir.join(current), generation),
+        // An earlier try swapped `..data` already (and recorded what it
+        // replaced), then failed: the content now published is not the
+        // rejected one.
+        _ => swap(dir, generation, &Keep::Nothing).map(drop),
     }
+}
+
+/// Publishes `generation`, kept by [`publish`], again, and removes the one
+/// published after it: that change was never applied (its action failed),
+/// and newer content replaces it. Unlike [`roll_back`], nothing is
+/// recorded as rejected.
+pub fn withdraw(dir: &Path, generation: &Path) -> io::Result<()> {
+    swap(dir, generation, &Keep::Nothing).map(drop)
 }
 
 /// Records `rejected` as such, then publishes `previous` again. In this
@@ -651,6 +667,48 @@ mod tests {
         publish(&dir, &g3, &Keep::Published).unwrap();
         assert!(!dir.join(REJECTED).exists());
         assert!(!was_rejected(&dir, &g3).unwrap());
+    }
+
+    #[test]
+    fn a_rollback_tried_again_after_it_swapped_data_records_what_was_rejected_not_what_is_back() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().to_path_buf();
+        let g1 = generation(&dir, &[("a", "1")]);
+        publish(&dir, &g1, &Keep::Published).unwrap();
+        let g2 = generation(&dir, &[("a", "2")]);
+        publish(&dir, &g2, &Keep::Published).unwrap();
+        // A first try that recorded 2 and swapped `..data`, then failed
+        // before the rest (the keys' links: a full disk).
+        Rejection::of(&g2).unwrap().record(&dir).unwrap();
+        relink(&dir, &dir.join(DATA), Path::new(name_of(&g1))).unwrap();
+        roll_back(&dir, &g1).unwrap();
+        assert_eq!(read(&dir, "a"), "1");
+        assert!(!g2.exists() && kept(&dir).is_none());
+        let again = generation(&dir, &[("a", "2")]);
+        assert!(was_rejected(&dir, &again).unwrap(), "2 stays rejected");
+        let back = generation(&dir, &[("a", "1")]);
+        assert!(!was_rejected(&dir, &back).unwrap(), "1 is not");
+    }
+
+    #[test]
+    fn a_change_withdrawn_for_a_newer_one_leaves_the_kept_generation_published() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().to_path_buf();
+        let g1 = generation(&dir, &[("a", "1"), ("only-in-1", "x")]);
+        publish(&dir, &g1, &Keep::Published).unwrap();
+        let g2 = generation(&dir, &[("a", "2")]);
+        publish(&dir, &g2, &Keep::Published).unwrap();
+        withdraw(&dir, &g1).unwrap();
+        assert_eq!(read(&dir, "a"), "1");
+        assert_eq!(read(&dir, "only-in-1"), "x");
+        assert!(!g2.exists() && kept(&dir).is_none());
+        assert!(!dir.join(REJECTED).exists(), "nothing was rejected");
+        let g1_name = name_of(&g1).to_string_lossy().into_owned();
+        assert_eq!(
+            entries(&dir),
+            [g1_name.as_str(), "..data", "a", "only-in-1"]
+        );
+        assert!(!prepare(&dir, true).unwrap().unwrap().rolled_back);
     }
 
     #[test]

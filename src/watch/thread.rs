@@ -119,6 +119,9 @@ pub enum Request {
     /// Publish this earlier generation again (`verify` failed for the
     /// content with this fingerprint).
     Rollback(WatchId, Fingerprint, PathBuf),
+    /// Publish this kept generation again, and remove the one published
+    /// after it, before the content with this fingerprint is copied.
+    Withdraw(WatchId, Fingerprint, PathBuf),
     /// Remove this candidate.
     Discard(WatchId, PathBuf),
 }
@@ -138,6 +141,11 @@ pub enum Done {
         result: Result<Option<PathBuf>, String>,
     },
     RolledBack {
+        watch: WatchId,
+        fingerprint: Fingerprint,
+        result: Result<(), String>,
+    },
+    Withdrawn {
         watch: WatchId,
         fingerprint: Fingerprint,
         result: Result<(), String>,
@@ -474,6 +482,17 @@ impl Worker {
                         None => Err("the watch has no `publish` directory".into()),
                     };
                     self.finished(Done::RolledBack {
+                        watch: id,
+                        fingerprint: fp,
+                        result,
+                    });
+                }
+                Request::Withdraw(id, fp, kept) => {
+                    let result = match &self.publish[id.0] {
+                        Some(dir) => publish::withdraw(dir, &kept).map_err(|e| e.to_string()),
+                        None => Err("the watch has no `publish` directory".into()),
+                    };
+                    self.finished(Done::Withdrawn {
                         watch: id,
                         fingerprint: fp,
                         result,
