@@ -1715,12 +1715,19 @@ impl Core {
                     generation,
                 });
             }
-            None => tracing::error!(
-                watch = name,
-                "{why}: the action failed; without `publish` there is no previous config to \
-                 roll back to; verifying again in {:?}, once the service is ready{tail}",
-                self.pipeline.reverify_in(id, now.mono).unwrap_or_default()
-            ),
+            None => {
+                let next = match self.pipeline.reverify_in(id, now.mono) {
+                    Some(delay) => {
+                        format!("verifying again in {delay:?}, once the service is ready")
+                    }
+                    None => "newer content is checked next".to_string(),
+                };
+                tracing::error!(
+                    watch = name,
+                    "{why}: the action failed; without `publish` there is no previous config to \
+                     roll back to; {next}{tail}"
+                );
+            }
         }
     }
 

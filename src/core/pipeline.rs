@@ -187,6 +187,20 @@ pub struct Pipeline {
 const SNAPSHOT_AGAIN: Duration = Duration::from_millis(250);
 
 impl Entry {
+    /// Its newest content was rejected, and the service runs the last good
+    /// one: a rolled-back change only once the previous generation is back
+    /// and applied again.
+    fn runs_last_good(&self) -> bool {
+        match self.result {
+            WatchResult::Invalid => true,
+            WatchResult::RolledBack => {
+                !self.reapplying
+                    && !matches!(self.stage, Stage::RollingBack(_) | Stage::RollbackAt(..))
+            }
+            _ => false,
+        }
+    }
+
     fn startable(&self) -> bool {
         if matches!(self.stage, Stage::RollingBack(_) | Stage::RollbackAt(..)) {
             // It starts on the generation being put back, once it is.
@@ -934,7 +948,7 @@ impl Pipeline {
     pub fn all_good(&self, invalid_ok: bool) -> bool {
         self.entries
             .iter()
-            .all(|e| e.good || (invalid_ok && e.result.rejected()))
+            .all(|e| e.good || (invalid_ok && e.runs_last_good()))
     }
 
     /// A watch's newest content was rejected (by its check, or by its

@@ -1514,6 +1514,34 @@ impl Fake {
 }
 
 #[test]
+fn with_invalid_config_ready_a_failed_verify_is_ready_only_once_the_previous_config_is_back() {
+    let mut f = Fake::custom(VERIFIED, true, |s| s.ready_when_invalid = true);
+    f.tick();
+    f.candidate(1, "/pub/..g1", OK);
+    f.publication(1, Ok(()));
+    let svc = f.service();
+    f.apply_verified(2);
+    let (_, last) = f.fail_verify_until_its_time_is_up("HTTP 502");
+    assert!(rollback_asked(&last).is_some());
+    assert_eq!(
+        f.state(),
+        (State::InvalidConfig, false),
+        "the service still runs the rejected config"
+    );
+    let c = f.send(Event::RolledBack {
+        watch: WatchId(0),
+        fingerprint: test_fingerprint(2),
+        result: Ok(()),
+    });
+    assert_eq!(signalled(&c, svc), [Signal::SIGHUP as i32]);
+    assert_eq!(
+        f.state(),
+        (State::InvalidConfig, true),
+        "back on the last good"
+    );
+}
+
+#[test]
 fn a_change_that_fails_verify_is_rolled_back_and_not_applied_again() {
     let mut f = Fake::verified();
     let svc = f.service();
