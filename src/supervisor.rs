@@ -35,7 +35,7 @@ use crate::process::spawn::{self, Output, Spec};
 use crate::signals;
 use crate::sockets::Held;
 use crate::status::ReadinessFiles;
-use crate::watch::{Done, Request, Restored, WatchId, Watcher};
+use crate::watch::{Request, Restored, WatchId, Watcher};
 
 pub struct Supervisor {
     core: Core,
@@ -446,44 +446,7 @@ impl Supervisor {
         self.readiness.retry(now);
         let (scans, done) = self.watcher.pump(&watcher);
         events.extend(scans.into_iter().map(Event::Content));
-        events.extend(done.into_iter().map(|d| match d {
-            Done::Snapshot {
-                watch,
-                fingerprint,
-                result,
-            } => Event::Snapshot {
-                watch,
-                fingerprint,
-                result,
-            },
-            Done::Published {
-                watch,
-                fingerprint,
-                result,
-            } => Event::Published {
-                watch,
-                fingerprint,
-                result,
-            },
-            Done::RolledBack {
-                watch,
-                fingerprint,
-                result,
-            } => Event::RolledBack {
-                watch,
-                fingerprint,
-                result,
-            },
-            Done::Withdrawn {
-                watch,
-                fingerprint,
-                result,
-            } => Event::Withdrawn {
-                watch,
-                fingerprint,
-                result,
-            },
-        }));
+        events.extend(done.into_iter().map(Event::Done));
         Ok(())
     }
 

@@ -53,7 +53,7 @@ use crate::process::ExitStatus;
 use crate::signals::{self, Role};
 use crate::status::{ServiceStatus, State, Status, WatchStatus};
 use crate::watch::publish::Keep;
-use crate::watch::{Candidate, Fingerprint, Report, Restored, SnapshotError, WatchId};
+use crate::watch::{Candidate, Done, Fingerprint, Report, Restored, SnapshotError, WatchId};
 use metrics::{CheckOutcome, Metrics};
 use pipeline::{Batch, Observed, Pipeline, Verdict};
 
@@ -100,31 +100,9 @@ pub enum Event {
         chain: Vec<Pid>,
         message: Notification,
     },
-    /// The result of a [`Command::Snapshot`]: the candidate.
-    Snapshot {
-        watch: WatchId,
-        fingerprint: Fingerprint,
-        result: Result<Candidate, SnapshotError>,
-    },
-    /// The result of a [`Command::Publish`], with the generation it
-    /// replaced when that was kept.
-    Published {
-        watch: WatchId,
-        fingerprint: Fingerprint,
-        result: Result<Option<PathBuf>, String>,
-    },
-    /// The result of a [`Command::Rollback`].
-    RolledBack {
-        watch: WatchId,
-        fingerprint: Fingerprint,
-        result: Result<(), String>,
-    },
-    /// The result of a [`Command::Withdraw`].
-    Withdrawn {
-        watch: WatchId,
-        fingerprint: Fingerprint,
-        result: Result<(), String>,
-    },
+    /// The watcher's answer to a [`Command::Snapshot`], [`Command::Publish`],
+    /// [`Command::Rollback`] or [`Command::Withdraw`].
+    Done(Done),
 }
 
 /// What a service said on NOTIFY_SOCKET (the sd_notify protocol).
@@ -185,13 +163,13 @@ pub enum Command {
     },
     /// Copy watch `watch` into a candidate generation of its `publish`
     /// directory, if its content still has this fingerprint; answered by
-    /// [`Event::Snapshot`].
+    /// [`Done::Snapshot`].
     Snapshot {
         watch: WatchId,
         fingerprint: Fingerprint,
     },
     /// Make this candidate the published generation, keeping one other
-    /// to roll back to when asked; answered by [`Event::Published`].
+    /// to roll back to when asked; answered by [`Done::Published`].
     Publish {
         watch: WatchId,
         fingerprint: Fingerprint,
@@ -199,7 +177,7 @@ pub enum Command {
         keep: Keep,
     },
     /// Publish this earlier generation again: `verify` failed for the
-    /// content `fingerprint`. Answered by [`Event::RolledBack`].
+    /// content `fingerprint`. Answered by [`Done::RolledBack`].
     Rollback {
         watch: WatchId,
         fingerprint: Fingerprint,
@@ -209,7 +187,7 @@ pub enum Command {
     /// one published after it, whose change was not applied (its action
     /// failed, or has not run): newer content, `fingerprint`, is copied
     /// next, and the directory holds two generations at most. Answered by
-    /// [`Event::Withdrawn`].
+    /// [`Done::Withdrawn`].
     Withdraw {
         watch: WatchId,
         fingerprint: Fingerprint,
@@ -524,26 +502,26 @@ impl Core {
             Event::Spawned { token, result } => self.on_spawned(token, result, now),
             Event::Content(c) => self.on_content(c, now),
             Event::Notify { chain, message } => self.on_notify(&chain, message, now),
-            Event::Snapshot {
+            Event::Done(Done::Snapshot {
                 watch,
                 fingerprint,
                 result,
-            } => self.on_snapshot(watch, fingerprint, result, now),
-            Event::Published {
+            }) => self.on_snapshot(watch, fingerprint, result, now),
+            Event::Done(Done::Published {
                 watch,
                 fingerprint,
                 result,
-            } => self.on_published(watch, fingerprint, result, now),
-            Event::RolledBack {
+            }) => self.on_published(watch, fingerprint, result, now),
+            Event::Done(Done::RolledBack {
                 watch,
                 fingerprint,
                 result,
-            } => self.on_rolled_back(watch, fingerprint, result, now),
-            Event::Withdrawn {
+            }) => self.on_rolled_back(watch, fingerprint, result, now),
+            Event::Done(Done::Withdrawn {
                 watch,
                 fingerprint,
                 result,
-            } => self.on_withdrawn(watch, fingerprint, result, now),
+            }) => self.on_withdrawn(watch, fingerprint, result, now),
         }
         self.on_time(now);
         self.advance(now);

@@ -1191,14 +1191,14 @@ fn discarded(commands: &[Command]) -> Option<PathBuf> {
 
 impl Fake {
     fn snapshot(&mut self, n: u8, result: Result<&str, SnapshotError>) -> Vec<Command> {
-        self.send(Event::Snapshot {
+        self.send(Event::Done(Done::Snapshot {
             watch: WatchId(0),
             fingerprint: test_fingerprint(n),
             result: result.map(|dir| Candidate {
                 dir: PathBuf::from(dir),
                 rejected: false,
             }),
-        })
+        }))
     }
 
     fn publication(&mut self, n: u8, result: Result<(), &str>) -> Vec<Command> {
@@ -1212,13 +1212,13 @@ impl Fake {
         result: Result<(), &str>,
         previous: Option<&str>,
     ) -> Vec<Command> {
-        self.send(Event::Published {
+        self.send(Event::Done(Done::Published {
             watch: WatchId(0),
             fingerprint: test_fingerprint(n),
             result: result
                 .map(|()| previous.map(PathBuf::from))
                 .map_err(String::from),
-        })
+        }))
     }
 
     /// Content `n` arrives, is copied to `candidate`, and its check ends
@@ -1528,11 +1528,11 @@ fn with_invalid_config_ready_a_failed_verify_is_ready_only_once_the_previous_con
         (State::InvalidConfig, false),
         "the service still runs the rejected config"
     );
-    let c = f.send(Event::RolledBack {
+    let c = f.send(Event::Done(Done::RolledBack {
         watch: WatchId(0),
         fingerprint: test_fingerprint(2),
         result: Ok(()),
-    });
+    }));
     assert_eq!(signalled(&c, svc), [Signal::SIGHUP as i32]);
     assert_eq!(
         f.state(),
@@ -1557,11 +1557,11 @@ fn a_change_that_fails_verify_is_rolled_back_and_not_applied_again() {
     );
     assert_eq!(f.elapsed, Duration::from_secs(5), "verify_timeout");
     assert!(signalled(&last, svc).is_empty(), "not before it is back");
-    let c = f.send(Event::RolledBack {
+    let c = f.send(Event::Done(Done::RolledBack {
         watch: WatchId(0),
         fingerprint: test_fingerprint(2),
         result: Ok(()),
-    });
+    }));
     assert_eq!(
         signalled(&c, svc),
         [Signal::SIGHUP as i32],
@@ -1746,11 +1746,11 @@ impl Fake {
 
     /// The previous generation of content `n` is back.
     fn rolled_back(&mut self, n: u8) -> Vec<Command> {
-        self.send(Event::RolledBack {
+        self.send(Event::Done(Done::RolledBack {
             watch: WatchId(0),
             fingerprint: test_fingerprint(n),
             result: Ok(()),
-        })
+        }))
     }
 }
 
@@ -1765,11 +1765,11 @@ impl Fake {
     /// The published generation was withdrawn (or not) before content `n`
     /// is copied.
     fn withdrawn(&mut self, n: u8, result: Result<(), &str>) -> Vec<Command> {
-        self.send(Event::Withdrawn {
+        self.send(Event::Done(Done::Withdrawn {
             watch: WatchId(0),
             fingerprint: test_fingerprint(n),
             result: result.map_err(String::from),
-        })
+        }))
     }
 }
 
@@ -2009,14 +2009,14 @@ fn content_an_earlier_tend_rolled_back_is_not_applied_again_until_it_changes() {
     f.core.restore(WatchId(0), &restored("..g0"));
     f.tick();
     f.content(0, 2);
-    let c = f.send(Event::Snapshot {
+    let c = f.send(Event::Done(Done::Snapshot {
         watch: WatchId(0),
         fingerprint: test_fingerprint(2),
         result: Ok(Candidate {
             dir: PathBuf::from("/pub/..g2"),
             rejected: true,
         }),
-    });
+    }));
     assert_eq!(discarded(&c).as_deref(), Some(Path::new("/pub/..g2")));
     assert_eq!(f.jobs("check"), 0, "not even checked");
     assert_eq!(spawns(&c), [SpawnKind::Service], "started on ..g0");
@@ -2163,11 +2163,11 @@ fn a_rollback_that_cannot_put_the_previous_generation_back_is_tried_again_until_
     assert_eq!(rollback_asked(&c).as_deref(), Some(Path::new("/pub/..g1")));
     let why = "cannot create /pub/..rejected.tmp: Operation not permitted";
     let failed = |f: &mut Fake| {
-        f.send(Event::RolledBack {
+        f.send(Event::Done(Done::RolledBack {
             watch: WatchId(0),
             fingerprint: test_fingerprint(2),
             result: Err(why.into()),
-        })
+        }))
     };
     let mut waits = Vec::new();
     for _ in 0..3 {
