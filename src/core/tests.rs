@@ -2373,3 +2373,161 @@ fn a_newer_change_withdraws_a_published_one_whose_action_failed_before_it_is_cop
             .all(|c| !matches!(c, Command::Withdraw { .. }))
     );
 }
+
+// ---------------------------------------------------------------- metrics
+
+/// The wall clock's seconds at the fake clock's start.
+const EPOCH: u64 = 1_800_000_000;
+
+fn metered_watch(action: &str) -> String {
+    format!("[[watch]]\nname = \"app\"\npaths = [\"/x\"]\ncheck = [\"chk\"]\n{action}\n")
+}
+
+fn sample<'a>(page: &'a str, series: &str) -> &'a str {
+    page.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {series} in\n{page}"))
+}
+
+impl Fake {
+    /// A core that has ticked once, with `toml`.
+    fn metered(toml: &str) -> Fake {
+        let mut f = Fake::new(toml);
+        f.tick();
+        f
+    }
+
+    /// The last job started as `program` exits with `code` after `secs`.
+    fn finish(&mut self, program: &str, code: i32, secs: f64) {
+        let pid = self.job(program);
+        self.elapsed += Duration::from_secs_f64(secs);
+        self.exit(pid, ExitStatus::Code(code));
+    }
+
+    /// /metrics as it would be served now.
+    fn page(&mut self) -> String {
+        let status = self.core.status();
+        self.core.metrics().render(&status)
+    }
+
+    /// From the page: (reloads, failed, last successful, seconds from the
+    /// fake clock's start to the last success).
+    fn reloads(&mut self) -> (u64, u64, bool, Option<u64>) {
+        let page = self.page();
+        let n = |series: &str| sample(&page, series).parse::<u64>().unwrap();
+        let at: f64 = sample(&page, "reloader_last_reload_success_timestamp_seconds")
+            .parse()
+            .unwrap();
+        (
+            n("reloader_reloads_total"),
+            n("reloader_reloads_failed_total"),
+            n("reloader_last_reload_successful") == 1,
+            (at > 0.0).then(|| at as u64 - EPOCH),
+        )
+    }
+}
+
+#[test]
+fn a_rejected_change_is_a_failed_reload_until_a_good_one_is_applied() {
+    let mut r = Fake::metered(&metered_watch("on_change = \"signal\""));
+    assert_eq!(r.reloads(), (0, 0, false, None));
+    r.content(0, 0);
+    r.finish("chk", 0, 0.02);
+    assert_eq!(
+        r.reloads(),
+        (1, 0, true, Some(0)),
+        "starting the service on a config that passed is a reload"
+    );
+    r.elapsed += Duration::from_secs(10);
+    r.content(0, 1);
+    r.finish("chk", 1, 0.3);
+    assert_eq!(r.reloads(), (2, 1, false, Some(0)));
+    let page = r.page();
+    assert_eq!(sample(&page, "reloader_last_reload_successful"), "0");
+    assert_eq!(
+        sample(&page, "reloader_last_reload_success_timestamp_seconds"),
+        format!("{EPOCH}.020")
+    );
+    assert_eq!(
+        sample(&page, "tend_watch_result{watch=\"app\",result=\"invalid\"}"),
+        "1"
+    );
+    r.at_deadline();
+    r.finish("chk", 1, 0.001);
+    assert_eq!(
+        r.reloads(),
+        (3, 2, false, Some(0)),
+        "a recheck counts again"
+    );
+    r.content(0, 2);
+    r.finish("chk", 0, 2.0);
+    assert_eq!(r.reloads(), (4, 2, true, Some(13)));
+    let page = r.page();
+    assert_eq!(sample(&page, "reloader_reloads_total"), "4");
+    assert_eq!(sample(&page, "reloader_reloads_failed_total"), "2");
+    assert_eq!(sample(&page, "reloader_last_reload_successful"), "1");
+    for (result, n) in [("passed", 2), ("failed", 2), ("timed_out", 0)] {
+        let series = format!("tend_checks_total{{watch=\"app\",result=\"{result}\"}}");
+        assert_eq!(sample(&page, &series), n.to_string(), "{result}");
+    }
+    let bucket = |le: &str| {
+        let series = format!("tend_check_duration_seconds_bucket{{watch=\"app\",le=\"{le}\"}}");
+        sample(&page, &series).to_string()
+    };
+    assert_eq!(bucket("0.005"), "1");
+    assert_eq!(bucket("0.025"), "2");
+    assert_eq!(bucket("0.5"), "3");
+    assert_eq!(bucket("2.5"), "4");
+    assert_eq!(bucket("+Inf"), "4");
+    assert_eq!(
+        sample(&page, "tend_check_duration_seconds_sum{watch=\"app\"}"),
+        "2.321"
+    );
+}
+
+#[test]
+fn an_invalid_config_at_start_up_is_not_a_successful_reload() {
+    let mut r = Fake::metered(&metered_watch("on_change = \"signal\""));
+    r.content(0, 0);
+    r.finish("chk", 1, 0.0);
+    assert_eq!(r.reloads(), (1, 1, false, None));
+    let page = r.page();
+    assert_eq!(sample(&page, "reloader_last_reload_successful"), "0");
+    assert_eq!(
+        sample(&page, "reloader_last_reload_success_timestamp_seconds"),
+        "0.000"
+    );
+    assert_eq!(sample(&page, "tend_ready"), "0");
+}
+
+#[test]
+fn a_failed_action_is_a_failed_reload_and_a_restart_counts_once() {
+    let mut r = Fake::metered(&metered_watch("on_change = \"exec\"\nexec = [\"reload\"]"));
+    r.content(0, 0);
+    r.finish("chk", 0, 0.0);
+    r.content(0, 1);
+    r.finish("chk", 0, 0.0);
+    r.finish("reload", 1, 0.0);
+    assert_eq!(r.reloads(), (2, 1, false, Some(0)));
+    r.at_deadline();
+    r.finish("reload", 0, 0.0);
+    assert_eq!(r.reloads(), (3, 1, true, Some(1)), "the retry succeeded");
+
+    let mut r = Fake::metered(&metered_watch("on_change = \"restart\""));
+    r.content(0, 0);
+    r.finish("chk", 0, 0.0);
+    r.content(0, 1);
+    r.finish("chk", 0, 0.0);
+    let old = r.services()[0];
+    r.exit(old, OK);
+    assert_eq!(r.reloads(), (2, 0, true, Some(0)), "one reload, not two");
+    assert_eq!(sample(&r.page(), "tend_service_restarts_total"), "1");
+}
+
+#[test]
+fn without_watches_there_is_no_reload_to_report() {
+    let mut r = Fake::metered("");
+    let page = r.page();
+    assert!(!page.contains("reloader_"), "{page}");
+    assert!(page.contains("\ntend_ready "), "{page}");
+}
