@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use common::http::{free_port, get};
 use common::kubelet::project;
 use common::static_build::{repo, static_tend};
-use common::{Sandbox, secs, wait_for};
+use common::{Sandbox, secs, wait_every, wait_for};
 
 /// Made by scripts/test-podman; stands in for Dockerfile.example's nginx image.
 const BASE: &str = "localhost/tend-nginx-base";
@@ -95,17 +95,8 @@ fn podman_ok(args: &[&str]) -> String {
 
 /// Like `wait_for`, for conditions that cost a process (podman, tmux) to
 /// look at: every 100 ms rather than every 10.
-fn wait_slow<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        if Instant::now() >= deadline {
-            panic!("timed out after {timeout:?} waiting for {what}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+fn wait_slow<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
+    wait_every(Duration::from_millis(100), what, timeout, f)
 }
 
 /// Builds WEB and PLAIN, once per run of this file.

@@ -557,6 +557,16 @@ mod tests {
         g
     }
 
+    /// `a` = 1 published, then `a` = 2 published over it with 1 kept, as
+    /// while a change is verified. Returns both generations.
+    fn verified_over(dir: &Path) -> (PathBuf, PathBuf) {
+        let g1 = generation(dir, &[("a", "1")]);
+        publish(dir, &g1, &Keep::Published).unwrap();
+        let g2 = generation(dir, &[("a", "2")]);
+        publish(dir, &g2, &Keep::Published).unwrap();
+        (g1, g2)
+    }
+
     fn read(dir: &Path, key: &str) -> String {
         fs::read_to_string(dir.join(key)).unwrap()
     }
@@ -673,10 +683,7 @@ mod tests {
     fn a_rollback_tried_again_after_it_swapped_data_records_what_was_rejected_not_what_is_back() {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().to_path_buf();
-        let g1 = generation(&dir, &[("a", "1")]);
-        publish(&dir, &g1, &Keep::Published).unwrap();
-        let g2 = generation(&dir, &[("a", "2")]);
-        publish(&dir, &g2, &Keep::Published).unwrap();
+        let (g1, g2) = verified_over(&dir);
         // A first try that recorded 2 and swapped `..data`, then failed
         // before the rest (the keys' links: a full disk).
         Rejection::of(&g2).unwrap().record(&dir).unwrap();
@@ -715,10 +722,7 @@ mod tests {
     fn a_tend_stopped_while_a_change_was_verified_rolls_it_back_at_start_up() {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().to_path_buf();
-        let g1 = generation(&dir, &[("a", "1")]);
-        publish(&dir, &g1, &Keep::Published).unwrap();
-        let g2 = generation(&dir, &[("a", "2")]);
-        publish(&dir, &g2, &Keep::Published).unwrap();
+        let (g1, g2) = verified_over(&dir);
         let restored = prepare(&dir, true).unwrap().unwrap();
         assert_eq!(restored.generation, name_of(&g1).to_string_lossy());
         assert!(restored.rolled_back);
@@ -731,10 +735,7 @@ mod tests {
         // Without verify (any more), what is published stays.
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().to_path_buf();
-        let g1 = generation(&dir, &[("a", "1")]);
-        publish(&dir, &g1, &Keep::Published).unwrap();
-        let g2 = generation(&dir, &[("a", "2")]);
-        publish(&dir, &g2, &Keep::Published).unwrap();
+        let (g1, g2) = verified_over(&dir);
         let restored = prepare(&dir, false).unwrap().unwrap();
         assert_eq!(restored.generation, name_of(&g2).to_string_lossy());
         assert!(!restored.rolled_back && !g1.exists());
@@ -745,10 +746,7 @@ mod tests {
     fn a_discarded_kept_generation_is_no_longer_named() {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().to_path_buf();
-        let g1 = generation(&dir, &[("a", "1")]);
-        publish(&dir, &g1, &Keep::Published).unwrap();
-        let g2 = generation(&dir, &[("a", "2")]);
-        publish(&dir, &g2, &Keep::Published).unwrap();
+        let (g1, _) = verified_over(&dir);
         discard(&dir, &g1).unwrap();
         assert!(!g1.exists() && kept(&dir).is_none());
         assert!(!prepare(&dir, true).unwrap().unwrap().rolled_back);

@@ -26,7 +26,17 @@ pub const TEND: &str = env!("CARGO_BIN_EXE_tend");
 
 /// Waits until `f` returns Some, polling every 10 ms, or panics after
 /// `timeout` naming what it waited for.
-pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+pub fn wait_for<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
+    wait_every(Duration::from_millis(10), what, timeout, f)
+}
+
+/// [`wait_for`], polling every `interval`.
+pub fn wait_every<T>(
+    interval: Duration,
+    what: &str,
+    timeout: Duration,
+    mut f: impl FnMut() -> Option<T>,
+) -> T {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = f() {
@@ -35,7 +45,7 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<
         if Instant::now() >= deadline {
             panic!("timed out after {timeout:?} waiting for {what}");
         }
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(interval);
     }
 }
 
