@@ -107,6 +107,36 @@ impl Filter {
     }
 }
 
+thread_local! {
+    /// Lines held by [`hold`] on this thread, until [`release`].
+    static HELD: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Holds this thread's log lines until [`release`]: the loop acts first
+/// (signals, kills, spawns) and writes what it logged after, so that a
+/// write to a slow stderr never delays a signal. Lines keep their order
+/// and the time they were logged at.
+pub fn hold() {
+    HELD.with(|held| {
+        held.borrow_mut().get_or_insert_with(String::new);
+    });
+}
+
+/// Writes the lines held since [`hold`], in one write.
+pub fn release() {
+    if let Some(lines) = HELD.with(|held| held.borrow_mut().take())
+        && !lines.is_empty()
+    {
+        write_stderr(&lines);
+    }
+}
+
+/// Whole lines in one write, so that lines from tend never interleave
+/// with each other; a failed write to stderr has nowhere to be reported.
+fn write_stderr(lines: &str) {
+    let _ = std::io::stderr().lock().write_all(lines.as_bytes());
+}
+
 struct Logger {
     filter: Filter,
     json: bool,
@@ -127,9 +157,16 @@ impl Subscriber for Logger {
         } else {
             text_line(event)
         };
-        // One write per line, so lines from tend never interleave with each
-        // other; a failed write to stderr has nowhere to be reported.
-        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+        let held = HELD.with(|held| match held.borrow_mut().as_mut() {
+            Some(buffer) => {
+                buffer.push_str(&line);
+                true
+            }
+            None => false,
+        });
+        if !held {
+            write_stderr(&line);
+        }
     }
 
     // tend records no spans.

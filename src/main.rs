@@ -123,6 +123,12 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         LevelFilter::WARN
     };
     log::init(level).map_err(Failure::Usage)?;
+    // Lines the loop holds (log::hold) come before the message of a panic.
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        log::release();
+        report(info)
+    }));
     match cli.mode {
         Some(Mode::CheckConfig) => check_config(config_path),
         Some(mode @ (Mode::Probe | Mode::Status)) => {

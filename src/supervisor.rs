@@ -27,6 +27,7 @@ use crate::core::{
 };
 use crate::envfile;
 use crate::http_server::{HttpServer, Page, Reply};
+use crate::log;
 use crate::notify::{self, NotifySocket};
 use crate::probe;
 use crate::process::job::Job;
@@ -164,11 +165,14 @@ impl Supervisor {
         let mut events = VecDeque::from([Event::Tick]);
         loop {
             let now = clock();
+            // What this wake-up logs is written once it was acted on.
+            log::hold();
             while let Some(event) = events.pop_front() {
                 let commands = self.core.handle(now, event);
                 if let Some(code) = self.perform(commands, now) {
                     self.publish(now.mono);
                     self.readiness.withdraw();
+                    log::release();
                     return Ok(code);
                 }
             }
@@ -176,6 +180,7 @@ impl Supervisor {
             // After the signals and exits of this wake-up were acted on, and
             // with the status they led to.
             self.serve_http();
+            log::release();
             self.wait(&mut events)?;
             events.push_back(Event::Tick);
         }
