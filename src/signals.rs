@@ -106,26 +106,27 @@ fn realtime() -> std::ops::RangeInclusive<i32> {
 }
 
 /// Every signal tend acts on when a process sends it: the ones it blocks and
-/// reads from its signalfd.
+/// reads from its signalfd: what [`role`] says of a signal sent with kill().
 fn handled_numbers() -> impl Iterator<Item = i32> {
     (1..=31)
         .chain(realtime())
-        .filter(|&s| role(s, libc::SI_USER) != Role::Ignore)
+        .filter(|s| ![libc::SIGKILL, libc::SIGSTOP].contains(s) && !IGNORED.contains(s))
 }
 
 /// The set tend blocks and reads from its signalfd, realtime signals included
 /// (nix's `Signal` has no realtime members, so the set is built by number).
 pub fn handled() -> SigSet {
+    static HANDLED: std::sync::OnceLock<SigSet> = std::sync::OnceLock::new();
     // SAFETY: sigemptyset and sigaddset write into the local set; every
     // number added is a valid signal that the C library lets callers use.
-    unsafe {
+    *HANDLED.get_or_init(|| unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         for s in handled_numbers() {
             libc::sigaddset(&mut set, s);
         }
         SigSet::from_sigset_t_unchecked(set)
-    }
+    })
 }
 
 /// How many signalfd records one [`read_queued`] takes at most.
@@ -282,6 +283,17 @@ mod tests {
             ] {
                 assert_eq!(role(signo, code), Role::Forward, "{}", describe(signo));
             }
+        }
+    }
+
+    #[test]
+    fn the_handled_set_is_every_signal_a_process_can_send_that_tend_acts_on() {
+        let handled = handled();
+        for signo in 1..=libc::SIGRTMAX() {
+            // SAFETY: sigismember reads the set.
+            let member = unsafe { libc::sigismember(handled.as_ref(), signo) } == 1;
+            let acted_on = role(signo, libc::SI_USER) != Role::Ignore;
+            assert_eq!(member, acted_on, "{}", describe(signo));
         }
     }
 
