@@ -182,7 +182,11 @@ impl Supervisor {
             self.serve_http();
             log::release();
             self.wait(&mut events)?;
-            events.push_back(Event::Tick);
+            // Every event lets the core act on what is due; a wake-up with
+            // none (a deadline) still must.
+            if events.is_empty() {
+                events.push_back(Event::Tick);
+            }
         }
     }
 
