@@ -2089,24 +2089,35 @@ fn a_change_during_verify_or_rollback_is_checked_once_they_are_done() {
     assert_eq!(snapshot_asked(&c), Some(test_fingerprint(4)));
 }
 
-#[test]
-fn a_restarted_service_is_verified_once_it_is_ready() {
-    let toml = verified_toml("restart = \"always\"", "on_change = \"restart\"", "");
-    let mut f = Fake::custom(&toml, true, |s| {
-        s.notify = true;
-        s.ready_timeout = Duration::from_secs(60);
-    });
+/// A service with notify, restarted (stop-start) for content 2 over 1:
+/// the new instance is started and not ready yet. Returns it.
+fn restarting_for_a_verified_change(f: &mut Fake) -> Pid {
     f.tick();
     f.candidate(1, "/pub/..g1", OK);
     f.publication(1, Ok(()));
     let first = f.service();
-    notify(&mut f, first, "READY=1");
+    notify(f, first, "READY=1");
     assert_eq!(f.state(), (State::Ready, true));
     f.candidate(2, "/pub/..g2", OK);
     f.published_over(2, Ok(()), Some("/pub/..g1"));
     f.exit(first, ExitStatus::Signal(TERM));
     let second = f.service();
     assert_ne!(first, second);
+    second
+}
+
+fn verified_restarts_with_notify() -> Fake {
+    let toml = verified_toml("restart = \"always\"", "on_change = \"restart\"", "");
+    Fake::custom(&toml, true, |s| {
+        s.notify = true;
+        s.ready_timeout = Duration::from_secs(60);
+    })
+}
+
+#[test]
+fn a_restarted_service_is_verified_once_it_is_ready() {
+    let mut f = verified_restarts_with_notify();
+    let second = restarting_for_a_verified_change(&mut f);
     assert_eq!(f.jobs("verify"), 0, "not before the new instance is ready");
     // It takes longer to start than verify_timeout (5 s).
     f.after(20.0);
@@ -2121,20 +2132,8 @@ fn a_restarted_service_is_verified_once_it_is_ready() {
 
 #[test]
 fn a_restarted_service_that_never_becomes_ready_is_rolled_back() {
-    let toml = verified_toml("restart = \"always\"", "on_change = \"restart\"", "");
-    let mut f = Fake::custom(&toml, true, |s| {
-        s.notify = true;
-        s.ready_timeout = Duration::from_secs(60);
-    });
-    f.tick();
-    f.candidate(1, "/pub/..g1", OK);
-    f.publication(1, Ok(()));
-    let first = f.service();
-    notify(&mut f, first, "READY=1");
-    f.candidate(2, "/pub/..g2", OK);
-    f.published_over(2, Ok(()), Some("/pub/..g1"));
-    f.exit(first, ExitStatus::Signal(TERM));
-    let second = f.service();
+    let mut f = verified_restarts_with_notify();
+    let second = restarting_for_a_verified_change(&mut f);
     // Not ready within ready_timeout: stopped, and that fails the change.
     let c = f.at_deadline();
     assert_eq!(signalled(&c, second)[0], TERM);
