@@ -473,6 +473,74 @@ def scale(tend, work, watches, files, updates):
     return out
 
 
+def http_cost(tend, work, requests, signals):
+    """`[http] listen`: idle memory with and without it, the time and tend's
+    CPU per request (a new connection each, as a probe or a scrape makes),
+    and SIGUSR1 latency while a client scrapes /metrics without pause."""
+    import socket
+    import threading
+
+    def free_port():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    def get(port, path):
+        t0 = time.monotonic_ns()
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+            c.sendall(f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode())
+            answer = b""
+            while chunk := c.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 200") or answer.startswith(b"HTTP/1.1 503"), answer[:40]
+        return (time.monotonic_ns() - t0) / 1000
+
+    vol = os.path.join(work, "http-vol")
+    kubelet.project(vol, {"app.conf": "v0"})
+    conf = os.path.join(vol, "app.conf")
+    port = free_port()
+    out = {}
+    for label, extra in (("without [http]", ""), ("with [http]", f'[http]\nlisten = "127.0.0.1:{port}"\n\n')):
+        t = Tend(tend, work, "http-" + label.split()[0], extra + watch_toml(vol), conf)
+        try:
+            time.sleep(1.0)
+            r = {"idle": t.rss()}
+            if extra:
+                cpu0 = schedstat_cpu(t.pid)
+                r["metrics"] = [get(port, "/metrics") for _ in range(requests)]
+                r["ready"] = [get(port, "/ready") for _ in range(requests)]
+                r["cpu_us"] = (schedstat_cpu(t.pid) - cpu0) * 1e6 / (2 * requests)
+                r["after"] = (status_field(t.pid, "VmRSS"), status_field(t.pid, "VmHWM"))
+                quiet, busy = [], []
+                for _ in range(signals):
+                    time.sleep(0.03)
+                    us = t.signal(signal.SIGUSR1, "USR1")
+                    if us is not None:
+                        quiet.append(us)
+                stop_scraping = threading.Event()
+
+                def scrape():
+                    while not stop_scraping.is_set():
+                        get(port, "/metrics")
+                scraper = threading.Thread(target=scrape)
+                scraper.start()
+                try:
+                    for _ in range(signals):
+                        time.sleep(0.03)
+                        us = t.signal(signal.SIGUSR1, "USR1")
+                        if us is not None:
+                            busy.append(us)
+                finally:
+                    stop_scraping.set()
+                    scraper.join()
+                r["quiet"], r["busy"] = quiet, busy
+            out[label] = r
+        finally:
+            t.close()
+    shutil.rmtree(vol, ignore_errors=True)
+    return out
+
+
 def signal_while_hashing(tend, work, rounds, size=2 << 30):
     """SIGUSR1 latency through tend while its watcher thread fingerprints a
     `size` file (sparse, on tmpfs: reading it costs nothing, hashing it is
@@ -665,7 +733,7 @@ def main():
     q = a.quick
     rounds = {"rss": 3 if q else 7, "start": 20 if q else 100, "sig": 5 if q else 30, "reap": 1 if q else 5,
               "wake": 5 if q else 30, "updates": 40 if q else 200, "burst": 30, "cost": 200 if q else 1000,
-              "scale": 20 if q else 100, "hash": 10 if q else 30, "check": 20 if q else 100,
+              "scale": 20 if q else 100, "hash": 10 if q else 30, "http": 100 if q else 1000, "check": 20 if q else 100,
               "restarts": 3 if q else 10}
     work = tempfile.mkdtemp(prefix="tend-bench-")
     tend = os.path.abspath(a.tend)
@@ -782,6 +850,32 @@ def main():
                   f"{f'{p50:.0f} ({ratio(p50, pct(one[chr(108) + chr(97) + chr(116)], 50))})' if p50 else 'n/a'} | "
                   f"{len(r['lat'])} |")
         print()
+        sys.stdout.flush()
+
+        print("## The HTTP endpoint: `[http] listen`\n")
+        hc = http_cost(tend, work, rounds["http"], rounds["hash"])
+        without, withh = hc["without [http]"], hc["with [http]"]
+        print(f"tend with one watch, without and with `[http] listen`. {rounds['http']} requests each of "
+              "`GET /metrics` and `GET /ready`, one after another, each on a new connection from Python "
+              "(as a probe or a scrape makes them); then SIGUSR1 sent to tend "
+              f"{rounds['hash']} times, 30 ms apart, with no client and with a client scraping /metrics "
+              "without pause.\n")
+        print("| | idle RSS (kB) | private (kB) | RSS / peak after the requests (kB) |")
+        print("|---|---|---|---|")
+        print(f"| without [http] | {without['idle'][0]} (1.00x) | {without['idle'][1]} (1.00x) | - |")
+        print(f"| with [http] | {withh['idle'][0]} ({ratio(withh['idle'][0], without['idle'][0])}) | "
+              f"{withh['idle'][1]} ({ratio(withh['idle'][1], without['idle'][1])}) | "
+              f"{withh['after'][0]} / {withh['after'][1]} |\n")
+        print("| | p50 (us) | p99 (us) |")
+        print("|---|---|---|")
+        print(f"| GET /metrics, connect to last byte | {pct(withh['metrics'], 50):.0f} | "
+              f"{pct(withh['metrics'], 99):.0f} |")
+        print(f"| GET /ready, connect to last byte | {pct(withh['ready'], 50):.0f} | {pct(withh['ready'], 99):.0f} |")
+        q50, b50 = pct(withh["quiet"], 50), pct(withh["busy"], 50)
+        print(f"| SIGUSR1 to the service, no client | {q50:.0f} (1.00x) | {pct(withh['quiet'], 99):.0f} |")
+        print(f"| SIGUSR1 to the service, /metrics scraped without pause | {b50:.0f} ({ratio(b50, q50)}) | "
+              f"{pct(withh['busy'], 99):.0f} |\n")
+        print(f"tend's CPU per request: {withh['cpu_us']:.0f} us.\n")
         sys.stdout.flush()
 
         print("## Signals while a 2 GB file is fingerprinted\n")
