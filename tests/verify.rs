@@ -41,16 +41,23 @@ fn config_verifying(sb: &Sandbox, verify: &str, extra: &str) -> PathBuf {
     ))
 }
 
+/// tend on "good 1", then an edit to content that passes its check but
+/// fails verify: returns the volume, the config, tend, and the status once
+/// the edit was rejected.
+fn rolled_back_once(sb: &Sandbox) -> (PathBuf, PathBuf, Tend, serde_json::Value) {
+    let vol = sb.path("vol");
+    project(&vol, &[("app.conf", "good 1")]);
+    let cfg = config(sb, "verify_timeout = \"1s\"");
+    let tend = sb.tend().config(&cfg).start_ready();
+    project(&vol, &[("app.conf", "good but broken 2")]);
+    let status = sb.wait_state("invalid_config", secs(10.0));
+    (vol, cfg, tend, status)
+}
+
 #[test]
 fn a_config_that_passes_its_check_but_fails_verify_is_rolled_back() {
     let sb = Sandbox::new();
-    let vol = sb.path("vol");
-    project(&vol, &[("app.conf", "good 1")]);
-    let cfg = config(&sb, "verify_timeout = \"1s\"");
-    let mut tend = sb.tend().config(&cfg).start_ready();
-
-    project(&vol, &[("app.conf", "good but broken 2")]);
-    let status = sb.wait_state("invalid_config", secs(10.0));
+    let (vol, cfg, mut tend, status) = rolled_back_once(&sb);
     let watch = &status["watches"][0];
     assert_eq!(watch["result"], "rolled_back", "{status}");
     let output = watch["check_output"].as_str().unwrap();
@@ -115,12 +122,7 @@ fn restart_tend(sb: &Sandbox, tend: &mut Tend, cfg: &Path) -> Tend {
 #[test]
 fn a_restarted_tend_does_not_apply_again_a_config_it_rolled_back() {
     let sb = Sandbox::new();
-    let vol = sb.path("vol");
-    project(&vol, &[("app.conf", "good 1")]);
-    let cfg = config(&sb, "verify_timeout = \"1s\"");
-    let mut tend = sb.tend().config(&cfg).start_ready();
-    project(&vol, &[("app.conf", "good but broken 2")]);
-    let status = sb.wait_state("invalid_config", secs(10.0));
+    let (vol, cfg, mut tend, status) = rolled_back_once(&sb);
     assert_eq!(status["watches"][0]["result"], "rolled_back");
 
     let before = sb.log("service start").len();

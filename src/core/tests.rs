@@ -1860,12 +1860,25 @@ fn a_crash_during_a_splay_wait_starts_the_service_on_the_checked_content_at_once
     assert_eq!(f.core.deadline(), None);
 }
 
+/// A verified watch whose action is the command `reload`.
+fn exec_verified_toml() -> String {
+    verified_toml("", "on_change = \"exec\"\nexec = [\"reload\"]", "")
+}
+
+impl Fake {
+    /// Verified content 1 with `toml`, and content 2 published over it, its
+    /// action under way.
+    fn verified_over_1(toml: &str) -> Fake {
+        let mut f = Fake::verified_with(toml);
+        f.candidate(2, "/pub/..g2", OK);
+        f.published_over(2, Ok(()), Some("/pub/..g1"));
+        f
+    }
+}
+
 #[test]
 fn a_rollback_whose_action_fails_is_retried_before_a_newer_change() {
-    let toml = verified_toml("", "on_change = \"exec\"\nexec = [\"reload\"]", "");
-    let mut f = Fake::verified_with(&toml);
-    f.candidate(2, "/pub/..g2", OK);
-    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    let mut f = Fake::verified_over_1(&exec_verified_toml());
     f.exit(f.job("reload"), OK);
     f.fail_verify_until_its_time_is_up("HTTP 502");
     f.rolled_back(2);
@@ -1894,9 +1907,7 @@ fn a_rollback_whose_action_fails_is_retried_before_a_newer_change() {
 
     // Without a newer change, a rollback whose action failed at first is
     // rolled_back once it succeeded.
-    let mut f = Fake::verified_with(&toml);
-    f.candidate(2, "/pub/..g2", OK);
-    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    let mut f = Fake::verified_over_1(&exec_verified_toml());
     f.exit(f.job("reload"), OK);
     f.fail_verify_until_its_time_is_up("HTTP 502");
     f.rolled_back(2);
@@ -1909,10 +1920,7 @@ fn a_rollback_whose_action_fails_is_retried_before_a_newer_change() {
 
 #[test]
 fn content_applied_while_newer_content_arrived_is_verified_before_it() {
-    let toml = verified_toml("", "on_change = \"exec\"\nexec = [\"reload\"]", "");
-    let mut f = Fake::verified_with(&toml);
-    f.candidate(2, "/pub/..g2", OK);
-    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    let mut f = Fake::verified_over_1(&exec_verified_toml());
     f.content(0, 3);
     f.exit(f.job("reload"), OK);
     assert_eq!(f.jobs("verify"), 1, "content 2 is verified");
@@ -1931,9 +1939,7 @@ fn the_generation_kept_to_roll_back_to_is_the_last_verified_one() {
         "on_change = \"exec\"\nexec = [\"reload\"]",
         "",
     );
-    let mut f = Fake::verified_with(&toml);
-    f.candidate(2, "/pub/..g2", OK);
-    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    let mut f = Fake::verified_over_1(&toml);
     f.exit(f.job("reload"), FAIL);
     assert_eq!(f.result(0), WatchResult::ActionFailed);
     // Content 3 replaces 2, whose action failed: 1 stays the one to go
@@ -1955,9 +1961,7 @@ fn the_generation_kept_to_roll_back_to_is_the_last_verified_one() {
     assert_eq!(rollback_asked(&c).as_deref(), Some(Path::new("/pub/..g1")));
 
     // A start on content whose action failed makes it the base instead.
-    let mut f = Fake::verified_with(&toml);
-    f.candidate(2, "/pub/..g2", OK);
-    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    let mut f = Fake::verified_over_1(&toml);
     f.exit(f.job("reload"), FAIL);
     f.exit(f.service(), ExitStatus::Signal(KILL));
     let c = f.at_deadline();
@@ -2298,11 +2302,8 @@ fn without_publish_a_restarted_service_that_never_becomes_ready_fails_its_verify
 
 #[test]
 fn a_newer_change_withdraws_a_published_one_whose_action_failed_before_it_is_copied() {
-    let toml = verified_toml("", "on_change = \"exec\"\nexec = [\"reload\"]", "");
     // During the retry back-off of the failed action.
-    let mut f = Fake::verified_with(&toml);
-    f.candidate(2, "/pub/..g2", OK);
-    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    let mut f = Fake::verified_over_1(&exec_verified_toml());
     f.exit(f.job("reload"), FAIL);
     assert!(f.core.deadline().is_some(), "the action's retry");
     let c = f.content(0, 3);
@@ -2347,9 +2348,7 @@ fn a_newer_change_withdraws_a_published_one_whose_action_failed_before_it_is_cop
     assert_eq!(f.core.deadline(), None);
 
     // While the failing action runs.
-    let mut f = Fake::verified_with(&toml);
-    f.candidate(2, "/pub/..g2", OK);
-    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    let mut f = Fake::verified_over_1(&exec_verified_toml());
     assert!(
         snapshot_asked(&f.content(0, 3)).is_none(),
         "the action first"
@@ -2361,9 +2360,7 @@ fn a_newer_change_withdraws_a_published_one_whose_action_failed_before_it_is_cop
     assert_eq!(snapshot_asked(&c), Some(test_fingerprint(3)));
 
     // Without a generation kept, nothing is withdrawn.
-    let mut f = Fake::verified_with(&toml);
-    f.candidate(2, "/pub/..g2", OK);
-    f.published_over(2, Ok(()), Some("/pub/..g1"));
+    let mut f = Fake::verified_over_1(&exec_verified_toml());
     f.exit(f.job("reload"), OK);
     f.exit(f.job("verify"), OK);
     assert!(
