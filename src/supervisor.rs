@@ -23,7 +23,8 @@ use nix::unistd::Pid;
 
 use crate::config::{Config, InvalidConfig, RestartMode};
 use crate::core::{
-    Command, Core, Event, Exit, Notification, Now, Settings, SpawnFailure, SpawnKind,
+    Command, Core, Event, Exit, Notification, Now, ServiceId, Settings, SpawnFailure, SpawnKind,
+    service,
 };
 use crate::envfile;
 use crate::http_server::{HttpServer, Page, Reply};
@@ -113,17 +114,21 @@ impl Supervisor {
             })
             .collect();
         let settings = Settings {
-            argv,
-            stop_signal: config.service.stop_signal,
-            stop_timeout: config.service.stop_timeout,
-            restart: config.service.restart,
-            process_group: config.service.process_group,
+            services: vec![service::Settings {
+                name: program_name(&argv),
+                argv,
+                stop_signal: config.service.stop_signal,
+                stop_timeout: config.service.stop_timeout,
+                restart: config.service.restart,
+                process_group: config.service.process_group,
+                notify: config.service.notify,
+                ready_check: config.service.ready_check.clone(),
+                ready_timeout: config.service.ready_timeout,
+                overlap: config.service.restart_mode == RestartMode::Overlap,
+            }],
+            main: ServiceId(0),
             pid1,
             readiness_files: readiness.configured(),
-            notify: config.service.notify,
-            ready_check: config.service.ready_check.clone(),
-            ready_timeout: config.service.ready_timeout,
-            overlap: config.service.restart_mode == RestartMode::Overlap,
             ready_when_invalid: config.readiness.invalid_config == InvalidConfig::Ready,
             seed: random_seed(),
         };
@@ -206,6 +211,20 @@ impl Supervisor {
                     token,
                     result: self.spawn(&argv, kind, &env),
                 }),
+                Command::CallHttp {
+                    token,
+                    service,
+                    action,
+                } => {
+                    // Tend itself, run as a short-lived child, calls the
+                    // endpoint.
+                    let argv =
+                        crate::http_action::argv(&action.method, &action.url, action.timeout);
+                    Some(Event::Spawned {
+                        token,
+                        result: self.spawn(&argv, SpawnKind::Job(service), &[]),
+                    })
+                }
                 Command::Snapshot { watch, fingerprint } => {
                     self.watcher.ask(Request::Snapshot(watch, fingerprint));
                     None
@@ -294,7 +313,7 @@ impl Supervisor {
         extra_env: &[(String, String)],
     ) -> Result<Pid, SpawnFailure> {
         let started = match kind {
-            SpawnKind::Service => {
+            SpawnKind::Service(_) => {
                 let env = self.service_variables()?;
                 spawn::spawn(Spec {
                     argv,
@@ -306,12 +325,13 @@ impl Supervisor {
                     extra_env: &self.service_env,
                 })
             }
-            SpawnKind::Job => Job::start(argv, &self.env, extra_env, self.working_dir.as_deref())
-                .map(|job| {
+            SpawnKind::Job(_) => {
+                Job::start(argv, &self.env, extra_env, self.working_dir.as_deref()).map(|job| {
                     let pid = job.pid();
                     self.jobs.push(job);
                     pid
-                }),
+                })
+            }
         };
         started.map_err(|e| SpawnFailure {
             message: e.to_string(),
@@ -569,6 +589,16 @@ fn own_files(
         .chain(watches.iter().filter_map(|w| w.publish.as_ref()))
         .cloned()
         .collect()
+}
+
+/// A service's name when the config gives none: its program's, the last
+/// part of `argv[0]`.
+fn program_name(argv: &[String]) -> String {
+    argv.first()
+        .and_then(|a| a.rsplit('/').next())
+        .filter(|n| !n.is_empty())
+        .unwrap_or("service")
+        .to_string()
 }
 
 /// A seed for the splay waits, different in every replica.

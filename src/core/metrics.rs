@@ -18,8 +18,8 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
-use crate::status::{Status, WatchResult};
-use crate::watch::WatchId;
+use crate::core::protocol::WatchId;
+use crate::core::status::{Status, WatchResult};
 
 /// Upper bounds of the check duration histogram, in seconds: Prometheus'
 /// default buckets, and two more for slow checks (the default
@@ -91,11 +91,11 @@ impl Metrics {
     }
 
     /// Reloads that ended: each watch's, succeeded or not.
-    pub fn reloaded(&mut self, outcomes: &[(WatchId, bool)], at: SystemTime) {
+    pub fn reloaded(&mut self, outcomes: &[bool], at: SystemTime) {
         if !outcomes.is_empty() {
             self.generation += 1;
         }
-        for &(_, ok) in outcomes {
+        for &ok in outcomes {
             self.reloads += 1;
             self.last_ok = ok;
             if ok {

@@ -9,12 +9,22 @@ use nix::unistd::Pid;
 
 use super::*;
 use crate::config::Config;
+use crate::core::protocol::{Candidate, Fingerprint, Keep, SnapshotError, test_fingerprint};
 use crate::status::{State, WatchResult};
-use crate::watch::scan::test_fingerprint;
 
 const SVC: &str = "svc";
 const TERM: i32 = Signal::SIGTERM as i32;
 const KILL: i32 = Signal::SIGKILL as i32;
+
+/// What tests set besides the config.
+struct Knobs {
+    notify: bool,
+    ready_check: Option<Vec<String>>,
+    ready_timeout: Duration,
+    overlap: bool,
+    ready_when_invalid: bool,
+    seed: u64,
+}
 
 /// A core with fake processes: every spawn gets the next pid (or fails when
 /// told to), and every command is kept.
@@ -39,16 +49,9 @@ impl Fake {
         Fake::custom(toml, pid1, |_| {})
     }
 
-    fn custom(toml: &str, pid1: bool, tweak: impl FnOnce(&mut Settings)) -> Fake {
+    fn custom(toml: &str, pid1: bool, tweak: impl FnOnce(&mut Knobs)) -> Fake {
         let config = Config::parse(toml).unwrap();
-        let mut settings = Settings {
-            argv: vec![SVC.into()],
-            stop_signal: config.service.stop_signal,
-            stop_timeout: config.service.stop_timeout,
-            restart: config.service.restart,
-            process_group: config.service.process_group,
-            pid1,
-            readiness_files: true,
+        let mut k = Knobs {
             notify: false,
             ready_check: None,
             ready_timeout: Duration::from_secs(30),
@@ -56,7 +59,26 @@ impl Fake {
             ready_when_invalid: false,
             seed: 1,
         };
-        tweak(&mut settings);
+        tweak(&mut k);
+        let settings = Settings {
+            services: vec![service::Settings {
+                name: SVC.into(),
+                argv: vec![SVC.into()],
+                stop_signal: config.service.stop_signal,
+                stop_timeout: config.service.stop_timeout,
+                restart: config.service.restart,
+                process_group: config.service.process_group,
+                notify: k.notify,
+                ready_check: k.ready_check,
+                ready_timeout: k.ready_timeout,
+                overlap: k.overlap,
+            }],
+            main: ServiceId(0),
+            pid1,
+            readiness_files: true,
+            ready_when_invalid: k.ready_when_invalid,
+            seed: k.seed,
+        };
         Fake {
             core: Core::new(settings, &config.watches),
             t0: Instant::now(),
@@ -182,7 +204,7 @@ impl Fake {
     fn services(&self) -> Vec<Pid> {
         self.spawned
             .iter()
-            .filter(|(_, _, k)| *k == SpawnKind::Service)
+            .filter(|(_, _, k)| *k == SpawnKind::Service(ServiceId(0)))
             .map(|(p, _, _)| *p)
             .collect()
     }
@@ -196,7 +218,7 @@ impl Fake {
         self.spawned
             .iter()
             .rev()
-            .find(|(_, argv, k)| *k == SpawnKind::Job && argv[0] == program)
+            .find(|(_, argv, k)| *k == SpawnKind::Job(ServiceId(0)) && argv[0] == program)
             .map(|(p, _, _)| *p)
             .unwrap_or_else(|| panic!("no job {program:?} was started"))
     }
@@ -204,7 +226,7 @@ impl Fake {
     fn jobs(&self, program: &str) -> usize {
         self.spawned
             .iter()
-            .filter(|(_, argv, k)| *k == SpawnKind::Job && argv[0] == program)
+            .filter(|(_, argv, k)| *k == SpawnKind::Job(ServiceId(0)) && argv[0] == program)
             .count()
     }
 
@@ -283,7 +305,7 @@ const TWO: &str = "[[watch]]\nname = \"a\"\npaths = [\"/a\"]\ncheck = [\"check\"
 #[test]
 fn without_watches_the_service_starts_at_once_and_tend_is_ready() {
     let mut f = Fake::new("");
-    assert_eq!(spawns(&f.tick()), vec![SpawnKind::Service]);
+    assert_eq!(spawns(&f.tick()), vec![SpawnKind::Service(ServiceId(0))]);
     assert_eq!(f.state(), (State::Ready, true));
     assert_eq!(f.core.deadline(), None, "idle: nothing is due");
 }
@@ -322,7 +344,7 @@ fn the_first_start_failing_exits_with_the_shells_status_whatever_the_policy() {
             Command::Spawn {
                 token: 1,
                 argv: vec![SVC.into()],
-                kind: SpawnKind::Service,
+                kind: SpawnKind::Service(ServiceId(0)),
                 env: Vec::new(),
             },
             Command::Reap
@@ -452,7 +474,7 @@ fn a_burst_of_changes_is_checked_once_more_with_the_newest_content() {
     let c = f.exit(first, OK);
     assert_eq!(
         spawns(&c),
-        vec![SpawnKind::Job],
+        vec![SpawnKind::Job(ServiceId(0))],
         "the stale result is dropped"
     );
     assert!(signalled(&c, f.service()).is_empty());
@@ -528,7 +550,7 @@ fn a_restart_action_stops_the_service_and_starts_it_on_the_new_config() {
     );
     assert_eq!(f.state(), (State::Restarting, false));
     let c = f.exit(old, ExitStatus::Code(0));
-    assert_eq!(spawns(&c), vec![SpawnKind::Service]);
+    assert_eq!(spawns(&c), vec![SpawnKind::Service(ServiceId(0))]);
     assert_eq!(f.state(), (State::Ready, true));
     assert_eq!(f.core.status().service.restarts, 1);
 }
@@ -543,7 +565,7 @@ fn a_change_during_a_restart_is_checked_before_the_service_starts_again() {
     f.content(0, 2);
     let c = f.exit(old, OK);
     assert!(
-        !spawns(&c).contains(&SpawnKind::Service),
+        !spawns(&c).contains(&SpawnKind::Service(ServiceId(0))),
         "content 2 is not checked yet"
     );
     assert_eq!(f.state(), (State::Restarting, false));
@@ -552,7 +574,7 @@ fn a_change_during_a_restart_is_checked_before_the_service_starts_again() {
     assert_eq!(f.state(), (State::InvalidConfig, false));
     f.content(0, 3);
     let c = f.exit(f.job("check"), OK);
-    assert_eq!(spawns(&c), vec![SpawnKind::Service]);
+    assert_eq!(spawns(&c), vec![SpawnKind::Service(ServiceId(0))]);
     assert_eq!(f.state(), (State::Ready, true));
 }
 
@@ -658,7 +680,7 @@ fn a_service_that_crashes_while_the_config_is_invalid_stays_down_until_a_valid_o
     let c = f.exit(f.job("check"), OK);
     assert_eq!(
         spawns(&c),
-        vec![SpawnKind::Service],
+        vec![SpawnKind::Service(ServiceId(0))],
         "starts as soon as a valid config arrives"
     );
     assert_eq!(f.state(), (State::Ready, true));
@@ -674,12 +696,16 @@ fn a_service_that_crashes_while_a_check_runs_starts_only_once_it_passed() {
     assert_eq!(f.services().len(), 1, "content 1 is not checked yet");
     assert!(!f.state().1, "never ready on unchecked content");
     let c = f.exit(check, FAIL);
-    assert!(spawns(&c).iter().all(|k| *k != SpawnKind::Service));
+    assert!(
+        spawns(&c)
+            .iter()
+            .all(|k| *k != SpawnKind::Service(ServiceId(0)))
+    );
     assert_eq!(f.state(), (State::InvalidConfig, false));
     // The same content passes a recheck (an upstream name resolves now).
     f.at_deadline();
     let c = f.exit(f.job("check"), OK);
-    assert_eq!(spawns(&c), vec![SpawnKind::Service]);
+    assert_eq!(spawns(&c), vec![SpawnKind::Service(ServiceId(0))]);
     assert_eq!(f.state(), (State::Ready, true));
 }
 
@@ -1008,7 +1034,7 @@ fn an_overlap_restart_stops_the_old_instance_only_once_the_new_one_is_ready() {
     let old = f.service();
     f.content(0, 1);
     let c = f.exit(f.job("check"), OK);
-    assert_eq!(spawns(&c), vec![SpawnKind::Service]);
+    assert_eq!(spawns(&c), vec![SpawnKind::Service(ServiceId(0))]);
     assert!(signalled(&c, old).is_empty(), "the old one keeps serving");
     let new = f.service();
     let st = f.core.status();
@@ -1281,7 +1307,7 @@ fn with_publish_a_crash_during_an_invalid_config_restarts_on_the_published_copy(
     let mut f = Fake::publishing();
     f.candidate(2, "/pub/..g2", FAIL);
     f.exit(f.service(), ExitStatus::Signal(KILL));
-    assert_eq!(spawns(&f.at_deadline()), [SpawnKind::Service]);
+    assert_eq!(spawns(&f.at_deadline()), [SpawnKind::Service(ServiceId(0))]);
     assert_eq!(f.services().len(), 2, "restarted on the last good copy");
     assert_eq!(f.state(), (State::InvalidConfig, false));
     assert_eq!(f.result(0), WatchResult::Invalid);
@@ -1295,7 +1321,7 @@ fn a_generation_published_before_starts_the_service_once_the_mount_is_rejected()
     let c = f.candidate(1, "/pub/..g1", FAIL);
     assert_eq!(
         spawns(&c),
-        [SpawnKind::Service],
+        [SpawnKind::Service(ServiceId(0))],
         "started on the earlier copy"
     );
     assert_eq!(f.state(), (State::InvalidConfig, false));
@@ -1817,7 +1843,7 @@ fn a_service_that_crashes_after_a_rollback_restarts_on_the_previous_config_still
     let c = f.at_deadline();
     assert_eq!(
         spawns(&c),
-        [SpawnKind::Service],
+        [SpawnKind::Service(ServiceId(0))],
         "started on the previous copy"
     );
     assert!(published(&c).is_none() && snapshot_asked(&c).is_none());
@@ -1837,7 +1863,7 @@ fn a_crash_during_a_splay_wait_starts_the_service_on_the_checked_content_at_once
         "splay = \"1000s\"\n",
     );
     let mut f = Fake::new(&toml);
-    f.core.rng = 12345; // a wait of minutes
+    f.core.rng = watch::Rng(12345); // a wait of minutes
     f.tick();
     f.candidate(1, "/pub/..g1", OK);
     f.publication(1, Ok(()));
@@ -1853,7 +1879,7 @@ fn a_crash_during_a_splay_wait_starts_the_service_on_the_checked_content_at_once
         Some(Path::new("/pub/..g1")),
         "a start is not verified"
     );
-    assert_eq!(spawns(&c), [SpawnKind::Service]);
+    assert_eq!(spawns(&c), [SpawnKind::Service(ServiceId(0))]);
     assert_eq!(f.state(), (State::Ready, true));
     assert!(f.core.status().watches[0].action_at.is_none());
     assert_eq!(f.jobs("verify"), 0);
@@ -1965,7 +1991,7 @@ fn the_generation_kept_to_roll_back_to_is_the_last_verified_one() {
     f.exit(f.job("reload"), FAIL);
     f.exit(f.service(), ExitStatus::Signal(KILL));
     let c = f.at_deadline();
-    assert_eq!(spawns(&c), [SpawnKind::Service]);
+    assert_eq!(spawns(&c), [SpawnKind::Service(ServiceId(0))]);
     assert_eq!(discarded(&c).as_deref(), Some(Path::new("/pub/..g1")));
     assert_eq!(f.state(), (State::Ready, true));
     f.content(0, 3);
@@ -2023,7 +2049,11 @@ fn content_an_earlier_tend_rolled_back_is_not_applied_again_until_it_changes() {
     }));
     assert_eq!(discarded(&c).as_deref(), Some(Path::new("/pub/..g2")));
     assert_eq!(f.jobs("check"), 0, "not even checked");
-    assert_eq!(spawns(&c), [SpawnKind::Service], "started on ..g0");
+    assert_eq!(
+        spawns(&c),
+        [SpawnKind::Service(ServiceId(0))],
+        "started on ..g0"
+    );
     assert_eq!(f.result(0), WatchResult::RolledBack);
     assert_eq!(f.state(), (State::InvalidConfig, false));
     assert!(f.last_reload_failed());
@@ -2063,7 +2093,7 @@ fn a_service_that_exits_during_verify_is_rolled_back_at_once_and_restarted_on_th
     f.at_deadline();
     assert_eq!(f.services().len(), 1);
     let c = f.rolled_back(2);
-    assert_eq!(spawns(&c), [SpawnKind::Service]);
+    assert_eq!(spawns(&c), [SpawnKind::Service(ServiceId(0))]);
     assert_eq!(f.result(0), WatchResult::RolledBack);
     assert_eq!(f.state(), (State::InvalidConfig, false));
     f.exit(verify, ExitStatus::Signal(KILL));
@@ -2239,7 +2269,7 @@ fn a_rollback_that_cannot_put_the_previous_generation_back_is_tried_again_until_
     assert_eq!(f.services().len(), 1);
     f.at_deadline();
     let c = f.rolled_back(2);
-    assert_eq!(spawns(&c), [SpawnKind::Service]);
+    assert_eq!(spawns(&c), [SpawnKind::Service(ServiceId(0))]);
     assert_eq!(f.result(0), WatchResult::RolledBack);
     assert_eq!(f.state(), (State::InvalidConfig, false));
     assert_eq!(f.core.deadline(), None);

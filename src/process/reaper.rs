@@ -43,7 +43,7 @@ pub fn reap() -> Reaped {
                 }
             }
             pid => {
-                if let Some(st) = ExitStatus::from_raw(status) {
+                if let Some(st) = ExitStatus::from_wait_status(status) {
                     out.exits.push((Pid::from_raw(pid), st));
                 }
             }

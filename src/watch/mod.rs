@@ -51,11 +51,12 @@ use std::time::{Duration, Instant};
 
 use nix::poll::PollFlags;
 
+pub use crate::core::protocol::Restored;
+pub use crate::core::protocol::{Candidate, Done, SnapshotError};
 use books::Scanned;
-pub use publish::Restored;
 pub use scan::Fingerprint;
 use scan::OwnFiles;
-pub use thread::{Candidate, Done, Request, SnapshotError};
+pub use thread::Request;
 use thread::{Handle, Taken};
 
 use crate::config;
@@ -63,25 +64,7 @@ use crate::config;
 /// How often a watch that inotify cannot cover is scanned.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
 
-/// A watch: its index in the config's `[[watch]]` list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct WatchId(pub usize);
-
-/// One completed scan of a watch (also when nothing changed).
-#[derive(Debug)]
-pub struct Report {
-    pub watch: WatchId,
-    pub fingerprint: Fingerprint,
-    /// Configured paths whose own fingerprint differs from the previous
-    /// report of this watch; all of them in the first.
-    pub changed: Vec<PathBuf>,
-    /// Regular files whose content went into the fingerprint.
-    pub files: usize,
-    /// Configured paths that do not exist (yet).
-    pub missing: Vec<PathBuf>,
-    /// What the scan could not read, as "PATH: why" (never any content).
-    pub unreadable: Vec<String>,
-}
+pub use crate::core::protocol::{Report, WatchId};
 
 pub struct Watcher {
     /// None without watches, or once the thread is gone.

@@ -40,6 +40,8 @@ use std::os::unix::fs::{DirBuilderExt, symlink};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+pub use crate::core::protocol::{Keep, Restored};
+
 /// The symlink that names the published generation.
 pub const DATA: &str = "..data";
 const DATA_TMP: &str = "..data_tmp";
@@ -48,16 +50,6 @@ const LINK_TMP: &str = "..link_tmp";
 const PREVIOUS: &str = "..previous";
 /// The digest of the content last rolled back.
 const REJECTED: &str = "..rejected";
-
-/// What an earlier tend left in a publish directory.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Restored {
-    /// The published generation's directory name.
-    pub generation: String,
-    /// It was stopped while a change was verified: the generation before
-    /// the change was published again.
-    pub rolled_back: bool,
-}
 
 /// Makes `dir` ready for publishing, at start-up: creates it, removes what
 /// an earlier tend left half done (candidates, temporary links), and returns
@@ -196,17 +188,6 @@ pub fn create_generation(dir: &Path) -> io::Result<PathBuf> {
         }
     }
     unreachable!("the loop returns")
-}
-
-/// Which generation a publication keeps besides the new one, to roll back
-/// to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Keep {
-    Nothing,
-    /// The one published until now.
-    Published,
-    /// This generation of the directory (one published before, still kept).
-    Generation(PathBuf),
 }
 
 /// Publishes the candidate `generation` (a path made by

@@ -39,29 +39,9 @@ const MAX_SYMLINKS: usize = 40;
 /// Directory depth below a watched path.
 pub const MAX_DEPTH: usize = 32;
 
-/// A keyed SHA-256 of everything a watch covers: file names, content, and
-/// which paths are missing or unreadable. The key is random per tend process,
-/// so a fingerprint in a log or status file cannot be used to guess a secret.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct Fingerprint([u8; 32]);
-
-impl Fingerprint {
-    /// The first 12 hex digits, for logs.
-    pub fn short(&self) -> String {
-        self.0[..6].iter().map(|b| format!("{b:02x}")).collect()
-    }
-}
-
-impl std::fmt::Debug for Fingerprint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.short())
-    }
-}
-
+pub use crate::core::protocol::Fingerprint;
 #[cfg(test)]
-pub fn test_fingerprint(n: u8) -> Fingerprint {
-    Fingerprint([n; 32])
-}
+pub use crate::core::protocol::test_fingerprint;
 
 /// The per-process key of every fingerprint.
 pub struct HashKey([u8; 32]);
@@ -269,12 +249,12 @@ fn scan_into<'a>(
             Err(Unresolved::Own) => s.hasher.update(b"own\0"),
             Err(_) => {}
         }
-        let fp = Fingerprint(std::mem::take(&mut s.hasher).finalize().into());
-        all.update(fp.0);
+        let fp = Fingerprint::from_digest(std::mem::take(&mut s.hasher).finalize().into());
+        all.update(fp.as_bytes());
         per_path.push(fp);
     }
     Scan {
-        fingerprint: Fingerprint(all.finalize().into()),
+        fingerprint: Fingerprint::from_digest(all.finalize().into()),
         per_path,
         files: s.files,
         missing: s.missing,

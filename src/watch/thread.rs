@@ -38,6 +38,7 @@ use super::publish;
 use super::scan::{self, Fingerprint, HashKey, OwnFiles, Registrar};
 use super::{POLL_INTERVAL, WatchId};
 use crate::config;
+use crate::core::protocol::{Candidate, Done, SnapshotError};
 
 /// What the thread's deepest call chain needs (a few KiB per directory
 /// level, with [`scan::MAX_DEPTH`] levels at most) with a wide margin; every
@@ -124,55 +125,6 @@ pub enum Request {
     Withdraw(WatchId, Fingerprint, PathBuf),
     /// Remove this candidate.
     Discard(WatchId, PathBuf),
-}
-
-/// How a request went.
-#[derive(Debug)]
-pub enum Done {
-    Snapshot {
-        watch: WatchId,
-        fingerprint: Fingerprint,
-        result: Result<Candidate, SnapshotError>,
-    },
-    Published {
-        watch: WatchId,
-        fingerprint: Fingerprint,
-        /// With the generation published before, when it was kept.
-        result: Result<Option<PathBuf>, String>,
-    },
-    RolledBack {
-        watch: WatchId,
-        fingerprint: Fingerprint,
-        result: Result<(), String>,
-    },
-    Withdrawn {
-        watch: WatchId,
-        fingerprint: Fingerprint,
-        result: Result<(), String>,
-    },
-}
-
-/// A candidate generation, copied from the watch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Candidate {
-    pub dir: PathBuf,
-    /// It is the content an earlier tend rolled back (its verify failed,
-    /// or was cut short): it is not applied again until it changes.
-    pub rejected: bool,
-}
-
-/// Why there is no candidate.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SnapshotError {
-    /// The content changed since the fingerprint asked for: its scan is
-    /// reported as usual.
-    Changed,
-    /// The copy could not be made.
-    Failed(String),
-    /// The copy holds an `env_from` path of the service that the service's
-    /// start could not read (a key that is no variable name): it is
-    /// rejected like content that failed its check.
-    Rejected(String),
 }
 
 /// What [`Handle::take`] found.
