@@ -30,9 +30,13 @@ pub use duration::{format_duration, parse_duration};
 /// names one.
 pub const DEFAULT_PATH: &str = "/etc/tend/supervisor.toml";
 
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
-    pub service: Service,
+    /// Every service, in the order of the file; at least one.
+    pub services: Vec<Service>,
+    /// The main service's index: tend exits with its status, forwards
+    /// signals to it, and `-- COMMAND` replaces its command.
+    pub main: usize,
     pub readiness: Readiness,
     pub watches: Vec<Watch>,
     /// Listening sockets tend holds for the service (fds 3.. in this order).
@@ -40,6 +44,20 @@ pub struct Config {
     /// `[http]`: tend's own HTTP server (/ready, /status, /metrics); off
     /// unless configured.
     pub http: Option<Http>,
+}
+
+impl Default for Config {
+    /// No file: one service, whose command comes after `--`.
+    fn default() -> Config {
+        Config {
+            services: vec![Service::default()],
+            main: 0,
+            readiness: Readiness::default(),
+            watches: Vec::new(),
+            sockets: Vec::new(),
+            http: None,
+        }
+    }
 }
 
 /// `[http]`.
@@ -50,6 +68,9 @@ pub struct Http {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Service {
+    /// Given with several services; a single `[service]` without one is
+    /// named after its program ([`Config::service_name`]).
+    pub name: Option<String>,
     /// None when the file leaves the command to the command line (`-- COMMAND`).
     pub command: Option<Vec<String>>,
     pub working_dir: Option<PathBuf>,
@@ -67,6 +88,78 @@ pub struct Service {
     pub ready_check: Option<Vec<String>>,
     pub ready_timeout: Duration,
     pub restart_mode: RestartMode,
+    /// Services (indices) that must be ready before this one starts.
+    pub after: Vec<usize>,
+    /// Runs once to completion: exit 0 counts as ready and done.
+    pub oneshot: bool,
+    /// Its end ends the container (false: logged and counted).
+    pub required: bool,
+    pub output: Output,
+    /// A signal reload is applied only at RELOADING=1 then READY=1
+    /// (systemd's Type=notify-reload); otherwise once the signal is sent.
+    pub reload_notify: bool,
+    /// The user it runs as; None: tend's own.
+    pub user: Option<User>,
+}
+
+/// `output`: where a service's stdout and stderr go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Output {
+    /// tend's own stdout and stderr, as they are.
+    Inherit,
+    /// Through tend, each line as `NAME | line`.
+    Prefix,
+}
+
+impl Output {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Output::Inherit => "inherit",
+            Output::Prefix => "prefix",
+        }
+    }
+}
+
+/// `user`: a name from the image's /etc/passwd, or numeric ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum User {
+    Name(String),
+    Ids { uid: u32, gid: u32 },
+}
+
+impl User {
+    fn parse(text: &str) -> Result<User, String> {
+        if let Some((uid, gid)) = text.split_once(':') {
+            let id = |s: &str| s.parse::<u32>().ok().filter(|_| !s.starts_with('+'));
+            return match (id(uid), id(gid)) {
+                (Some(uid), Some(gid)) => Ok(User::Ids { uid, gid }),
+                _ => Err(format!(
+                    "`user` {text:?} is neither a user name nor numeric \"UID:GID\" (like \"101:101\")"
+                )),
+            };
+        }
+        let valid = !text.is_empty()
+            && !text.starts_with('-')
+            && text
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '$'));
+        if !valid {
+            return Err(format!(
+                "`user` {text:?} is not a user name: use a name from the image's /etc/passwd, or \"UID:GID\""
+            ));
+        }
+        Ok(User::Name(text.to_string()))
+    }
+}
+
+impl fmt::Display for User {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            User::Name(n) => f.write_str(n),
+            User::Ids { uid, gid } => write!(f, "{uid}:{gid}"),
+        }
+    }
 }
 
 /// How a `restart` action replaces the running service.
@@ -103,6 +196,13 @@ impl Default for Service {
             ready_check: None,
             ready_timeout: Duration::from_secs(30),
             restart_mode: RestartMode::StopStart,
+            name: None,
+            after: Vec::new(),
+            oneshot: false,
+            required: true,
+            output: Output::Inherit,
+            reload_notify: false,
+            user: None,
         }
     }
 }
@@ -177,6 +277,12 @@ pub struct Watch {
     pub verify_timeout: Duration,
     /// A valid change waits a random time in [0, splay) before its action.
     pub splay: Duration,
+    /// The service (index) its action, verify and rollback touch.
+    pub service: usize,
+    /// A path missing at start is fine (an optional ConfigMap).
+    pub optional: bool,
+    /// Its check gets the service's sockets as fds 3.. with LISTEN_*.
+    pub check_sockets: bool,
 }
 
 /// What a check's argv writes for the candidate generation's directory.
@@ -225,12 +331,18 @@ impl std::error::Error for ConfigError {}
 /// parsing.
 #[derive(Debug, Default)]
 struct Spans {
-    command: Option<Range<usize>>,
-    working_dir: Option<Range<usize>>,
-    env_from: Option<Range<usize>>,
+    services: Vec<ServiceSpans>,
     file: Option<Range<usize>>,
     status_file: Option<Range<usize>>,
     watches: Vec<WatchSpans>,
+}
+
+#[derive(Debug, Default)]
+struct ServiceSpans {
+    command: Option<Range<usize>>,
+    working_dir: Option<Range<usize>>,
+    env_from: Option<Range<usize>>,
+    user: Option<Range<usize>>,
 }
 
 #[derive(Debug)]
@@ -278,10 +390,9 @@ impl Config {
     fn parse_spanned(text: &str) -> Result<(Config, Spans), String> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| explain_toml_error(&e))?;
         let span = |v: &Option<Spanned<PathBuf>>| v.as_ref().map(Spanned::span);
+        let (services, main, service_spans) = services(raw.service, text)?;
         let mut spans = Spans {
-            command: raw.service.command.as_ref().map(Spanned::span),
-            working_dir: span(&raw.service.working_dir),
-            env_from: raw.service.env_from.as_ref().map(Spanned::span),
+            services: service_spans,
             file: span(&raw.readiness.file),
             status_file: span(&raw.readiness.status_file),
             watches: Vec::new(),
@@ -294,7 +405,9 @@ impl Config {
                 exec: w.exec.as_ref().map(Spanned::span),
                 publish: w.publish.as_ref().map(Spanned::span),
             });
-            let watch = w.into_watch(text)?;
+            let owner = w.service.clone();
+            let mut watch = w.into_watch(text)?;
+            watch.service = owner_of(&services, main, owner, text, "[[watch]]", &watch.name)?;
             if let Some(prev) = watches.iter().find(|p: &&Watch| p.name == watch.name) {
                 return Err(format!(
                     "two watches are named {:?}: give each [[watch]] its own `name` ({} and {})",
@@ -309,7 +422,10 @@ impl Config {
         let mut sockets: Vec<SocketSpec> = Vec::with_capacity(raw.socket.len());
         for sock in raw.socket {
             let span = sock.span();
-            let spec = sock.into_inner().into_spec(text, span.clone())?;
+            let raw_sock = sock.into_inner();
+            let owner = raw_sock.service.clone();
+            let mut spec = raw_sock.into_spec(text, span.clone())?;
+            spec.service = owner_of(&services, main, owner, text, "[[socket]]", &spec.name)?;
             if sockets.iter().any(|s| s.name == spec.name) {
                 return Err(at(
                     text,
@@ -332,7 +448,8 @@ impl Config {
         let config = Config {
             sockets,
             http,
-            service: raw.service.into_service(text)?,
+            services,
+            main,
             readiness: Readiness {
                 file: raw.readiness.file.map(Spanned::into_inner),
                 status_file: raw.readiness.status_file.map(Spanned::into_inner),
@@ -344,54 +461,64 @@ impl Config {
         Ok((config, spans))
     }
 
+    /// The main service.
+    pub fn service(&self) -> &Service {
+        &self.services[self.main]
+    }
+
+    /// Service `i`'s name: its `name`, else (a single `[service]`) its
+    /// program's, the last part of `argv[0]` (`argv`: the command it runs,
+    /// which `-- COMMAND` may have replaced).
+    pub fn service_name(&self, i: usize, argv: Option<&[String]>) -> String {
+        if let Some(name) = &self.services[i].name {
+            return name.clone();
+        }
+        argv.or(self.services[i].command.as_deref())
+            .and_then(|a| a.first())
+            .and_then(|a| a.rsplit('/').next())
+            .filter(|n| !n.is_empty())
+            .unwrap_or("service")
+            .to_string()
+    }
+
     /// What the config means, defaults filled in, as TOML that tend accepts.
     pub fn describe(&self) -> String {
         let mut out = String::new();
-        let s = &self.service;
-        out.push_str("[service]\n");
-        match &s.command {
-            Some(argv) => writeln!(out, "command = {}", quote_list(argv)).unwrap(),
-            None => out.push_str("# command: none here; give it after `--` on the command line\n"),
+        let several = self.services.len() > 1;
+        for (i, s) in self.services.iter().enumerate() {
+            if i > 0 {
+                out.push('\n');
+            }
+            out.push_str(if several {
+                "[[service]]\n"
+            } else {
+                "[service]\n"
+            });
+            if let Some(name) = &s.name {
+                writeln!(out, "name = {}", quote(name)).unwrap();
+            }
+            if several {
+                if i == self.main {
+                    out.push_str("main = true\n");
+                }
+                if !s.after.is_empty() {
+                    let after: Vec<String> = s
+                        .after
+                        .iter()
+                        .map(|&j| self.services[j].name.clone().unwrap_or_default())
+                        .collect();
+                    writeln!(out, "after = {}", quote_list(&after)).unwrap();
+                }
+                writeln!(out, "required = {}", s.required).unwrap();
+            }
+            if s.oneshot {
+                out.push_str("oneshot = true\n");
+            }
+            describe_service(&mut out, s);
+            if several || s.output != Output::Inherit {
+                writeln!(out, "output = {}", quote(s.output.as_str())).unwrap();
+            }
         }
-        if let Some(dir) = &s.working_dir {
-            writeln!(out, "working_dir = {}", quote(&dir.to_string_lossy())).unwrap();
-        }
-        if !s.env.is_empty() {
-            let pairs: Vec<String> = s
-                .env
-                .iter()
-                .map(|(k, v)| format!("{} = {}", quote(k), quote(v)))
-                .collect();
-            writeln!(out, "env = {{ {} }}", pairs.join(", ")).unwrap();
-        }
-        if !s.env_from.is_empty() {
-            let paths: Vec<String> = s
-                .env_from
-                .iter()
-                .map(|p| p.to_string_lossy().into())
-                .collect();
-            writeln!(out, "env_from = {}", quote_list(&paths)).unwrap();
-        }
-        writeln!(out, "stop_signal = {}", quote(s.stop_signal.as_str())).unwrap();
-        writeln!(
-            out,
-            "stop_timeout = {}",
-            quote(&format_duration(s.stop_timeout))
-        )
-        .unwrap();
-        writeln!(out, "restart = {}", quote(s.restart.as_str())).unwrap();
-        writeln!(out, "process_group = {}", s.process_group).unwrap();
-        writeln!(out, "notify = {}", s.notify).unwrap();
-        if let Some(argv) = &s.ready_check {
-            writeln!(out, "ready_check = {}", quote_list(argv)).unwrap();
-        }
-        writeln!(
-            out,
-            "ready_timeout = {}",
-            quote(&format_duration(s.ready_timeout))
-        )
-        .unwrap();
-        writeln!(out, "restart_mode = {}", quote(s.restart_mode.as_str())).unwrap();
 
         let r = &self.readiness;
         if r.file.is_some()
@@ -411,6 +538,10 @@ impl Config {
         for sock in &self.sockets {
             out.push_str("\n[[socket]]\n");
             writeln!(out, "name = {}", quote(&sock.name)).unwrap();
+            if several {
+                let owner = self.services[sock.service].name.clone().unwrap_or_default();
+                writeln!(out, "service = {}", quote(&owner)).unwrap();
+            }
             writeln!(out, "listen = {}", quote(&sock.listen.to_string())).unwrap();
             if let Some(b) = sock.backlog {
                 writeln!(out, "backlog = {b}").unwrap();
@@ -428,6 +559,16 @@ impl Config {
         for w in &self.watches {
             out.push_str("\n[[watch]]\n");
             writeln!(out, "name = {}", quote(&w.name)).unwrap();
+            if several {
+                let owner = self.services[w.service].name.clone().unwrap_or_default();
+                writeln!(out, "service = {}", quote(&owner)).unwrap();
+            }
+            if w.optional {
+                out.push_str("optional = true\n");
+            }
+            if w.check_sockets {
+                out.push_str("check_sockets = true\n");
+            }
             let paths: Vec<String> = w.paths.iter().map(|p| p.to_string_lossy().into()).collect();
             writeln!(out, "paths = {}", quote_list(&paths)).unwrap();
             match &w.check {
@@ -483,6 +624,59 @@ impl Config {
     }
 }
 
+/// The keys of one service, defaults filled in.
+fn describe_service(out: &mut String, s: &Service) {
+    match &s.command {
+        Some(argv) => writeln!(out, "command = {}", quote_list(argv)).unwrap(),
+        None => out.push_str("# command: none here; give it after `--` on the command line\n"),
+    }
+    if let Some(dir) = &s.working_dir {
+        writeln!(out, "working_dir = {}", quote(&dir.to_string_lossy())).unwrap();
+    }
+    if !s.env.is_empty() {
+        let pairs: Vec<String> = s
+            .env
+            .iter()
+            .map(|(k, v)| format!("{} = {}", quote(k), quote(v)))
+            .collect();
+        writeln!(out, "env = {{ {} }}", pairs.join(", ")).unwrap();
+    }
+    if !s.env_from.is_empty() {
+        let paths: Vec<String> = s
+            .env_from
+            .iter()
+            .map(|p| p.to_string_lossy().into())
+            .collect();
+        writeln!(out, "env_from = {}", quote_list(&paths)).unwrap();
+    }
+    writeln!(out, "stop_signal = {}", quote(s.stop_signal.as_str())).unwrap();
+    writeln!(
+        out,
+        "stop_timeout = {}",
+        quote(&format_duration(s.stop_timeout))
+    )
+    .unwrap();
+    writeln!(out, "restart = {}", quote(s.restart.as_str())).unwrap();
+    writeln!(out, "process_group = {}", s.process_group).unwrap();
+    writeln!(out, "notify = {}", s.notify).unwrap();
+    if let Some(argv) = &s.ready_check {
+        writeln!(out, "ready_check = {}", quote_list(argv)).unwrap();
+    }
+    writeln!(
+        out,
+        "ready_timeout = {}",
+        quote(&format_duration(s.ready_timeout))
+    )
+    .unwrap();
+    writeln!(out, "restart_mode = {}", quote(s.restart_mode.as_str())).unwrap();
+    if s.notify {
+        writeln!(out, "reload_notify = {}", s.reload_notify).unwrap();
+    }
+    if let Some(user) = &s.user {
+        writeln!(out, "user = {}", quote(&user.to_string())).unwrap();
+    }
+}
+
 fn read(path: &Path) -> Result<String, ConfigError> {
     std::fs::read_to_string(path).map_err(|e| ConfigError {
         path: path.to_path_buf(),
@@ -496,7 +690,7 @@ fn read(path: &Path) -> Result<String, ConfigError> {
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     #[serde(default)]
-    service: RawService,
+    service: RawServices,
     #[serde(default)]
     readiness: RawReadiness,
     #[serde(default)]
@@ -559,6 +753,7 @@ impl RawHttpServer {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSocket {
+    service: Option<Spanned<String>>,
     name: String,
     listen: Spanned<String>,
     backlog: Option<Spanned<u32>>,
@@ -591,6 +786,7 @@ impl RawSocket {
             None => None,
         };
         let spec = SocketSpec {
+            service: 0,
             name: self.name,
             listen,
             backlog,
@@ -609,9 +805,53 @@ struct RawReadiness {
     invalid_config: Option<InvalidConfig>,
 }
 
+/// `[service]` (one table) or `[[service]]` (an array of them).
+enum RawServices {
+    One(Box<RawService>),
+    Many(Vec<Spanned<RawService>>),
+}
+
+impl Default for RawServices {
+    fn default() -> RawServices {
+        RawServices::One(Box::default())
+    }
+}
+
+impl<'de> Deserialize<'de> for RawServices {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> de::Visitor<'de> for V {
+            type Value = RawServices;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a [service] table, or [[service]] tables")
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<RawServices, A::Error> {
+                RawService::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(|s| RawServices::One(Box::new(s)))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<RawServices, A::Error> {
+                let mut all = Vec::new();
+                while let Some(s) = seq.next_element::<Spanned<RawService>>()? {
+                    all.push(s);
+                }
+                Ok(RawServices::Many(all))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawService {
+    name: Option<Spanned<String>>,
+    after: Option<Spanned<Vec<String>>>,
+    oneshot: Option<bool>,
+    main: Option<Spanned<bool>>,
+    required: Option<bool>,
+    output: Option<Output>,
+    reload_notify: Option<Spanned<bool>>,
+    user: Option<Spanned<String>>,
     command: Option<Spanned<Argv>>,
     working_dir: Option<Spanned<PathBuf>>,
     #[serde(default)]
@@ -628,8 +868,61 @@ struct RawService {
 }
 
 impl RawService {
-    fn into_service(self, text: &str) -> Result<Service, String> {
+    /// The service, but for `after` (names, resolved by [`services`]).
+    fn into_service(self, text: &str, several: bool) -> Result<Service, String> {
         let d = Service::default();
+        let oneshot = self.oneshot.unwrap_or(false);
+        let label = match &self.name {
+            Some(n) => format!("service {:?}", n.get_ref()),
+            None => "[service]".to_string(),
+        };
+        if oneshot {
+            if let Some(restart) = self.restart.filter(|r| *r == Restart::Always) {
+                return Err(format!(
+                    "{label}: a oneshot with restart = {:?} would run again after it succeeded: \
+                     use \"on-failure\" to retry a failed run, or \"never\"",
+                    restart.as_str()
+                ));
+            }
+            let gate = match (&self.notify, &self.ready_check) {
+                (Some(true), _) => Some("notify"),
+                (_, Some(_)) => Some("ready_check"),
+                _ => None,
+            };
+            if let Some(key) = gate {
+                return Err(format!(
+                    "{label}: `{key}` on a oneshot: a oneshot is ready when it exits 0"
+                ));
+            }
+            if self.restart_mode == Some(RestartMode::Overlap) {
+                return Err(format!(
+                    "{label}: restart_mode = \"overlap\" on a oneshot: nothing restarts it on a change"
+                ));
+            }
+        }
+        if let Some(r) = &self.reload_notify
+            && *r.get_ref()
+            && self.notify != Some(true)
+        {
+            return Err(at(
+                text,
+                r.span(),
+                &format!(
+                    "{label}: `reload_notify` needs notify = true: the service confirms a reload \
+                     with RELOADING=1 then READY=1 on NOTIFY_SOCKET"
+                ),
+            ));
+        }
+        let user = match self.user {
+            Some(u) => {
+                let span = u.span();
+                Some(
+                    User::parse(u.get_ref())
+                        .map_err(|e| at(text, span, &format!("{label}: {e}")))?,
+                )
+            }
+            None => None,
+        };
         let env_from = match self.env_from {
             Some(paths) if paths.get_ref().iter().any(|p| p.as_os_str().is_empty()) => {
                 return Err(at(
@@ -674,8 +967,290 @@ impl RawService {
                 "`ready_timeout` is 0: no start could ever be ready in time",
             )?,
             restart_mode: self.restart_mode.unwrap_or(d.restart_mode),
+            name: self.name.map(Spanned::into_inner),
+            after: Vec::new(),
+            oneshot,
+            required: self.required.unwrap_or(d.required),
+            output: self.output.unwrap_or(if several {
+                Output::Prefix
+            } else {
+                Output::Inherit
+            }),
+            reload_notify: self.reload_notify.is_some_and(|r| r.into_inner()),
+            user,
         })
     }
+}
+
+/// Validates the services: names, `after` (resolved to indices, without a
+/// cycle), and the main one. Returns them, the main's index, and where
+/// their values were written.
+fn services(
+    raw: RawServices,
+    text: &str,
+) -> Result<(Vec<Service>, usize, Vec<ServiceSpans>), String> {
+    let raw: Vec<(RawService, Option<Range<usize>>)> = match raw {
+        RawServices::One(s) => vec![(*s, None)],
+        RawServices::Many(all) => all
+            .into_iter()
+            .map(|s| {
+                let span = s.span();
+                (s.into_inner(), Some(span))
+            })
+            .collect(),
+    };
+    if raw.is_empty() {
+        return Err("[[service]] is there but holds no service: give at least one".to_string());
+    }
+    let several = raw.len() > 1;
+    let mut services = Vec::with_capacity(raw.len());
+    let mut spans = Vec::with_capacity(raw.len());
+    let mut afters = Vec::with_capacity(raw.len());
+    let mut mains = Vec::new();
+    for (i, (r, table)) in raw.into_iter().enumerate() {
+        let table = table.unwrap_or_default();
+        match &r.name {
+            Some(n) => {
+                let name = n.get_ref();
+                if name.is_empty()
+                    || !name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                {
+                    return Err(at(
+                        text,
+                        n.span(),
+                        &format!(
+                            "service name {name:?}: use letters, digits, '-' and '_' (it names \
+                             the service in logs, metrics and `tend signal NAME`)"
+                        ),
+                    ));
+                }
+                if let Some(prev) = services
+                    .iter()
+                    .position(|s: &Service| s.name.as_deref() == Some(name.as_str()))
+                {
+                    return Err(at(
+                        text,
+                        n.span(),
+                        &format!(
+                            "two services are named {name:?} (the {} and the {} [[service]]): \
+                             give each its own `name`",
+                            ordinal(prev),
+                            ordinal(i)
+                        ),
+                    ));
+                }
+            }
+            None if several => {
+                return Err(at(
+                    text,
+                    table,
+                    &format!(
+                        "the {} [[service]] has no `name`: with several services, each needs one \
+                         (letters, digits, '-' and '_')",
+                        ordinal(i)
+                    ),
+                ));
+            }
+            None => {}
+        }
+        if let Some(m) = &r.main
+            && *m.get_ref()
+        {
+            mains.push((i, m.span()));
+        }
+        spans.push(ServiceSpans {
+            command: r.command.as_ref().map(Spanned::span),
+            working_dir: r.working_dir.as_ref().map(Spanned::span),
+            env_from: r.env_from.as_ref().map(Spanned::span),
+            user: r.user.as_ref().map(Spanned::span),
+        });
+        afters.push(r.after.clone());
+        services.push(r.into_service(text, several)?);
+    }
+    // `after`: names of other services, without a cycle.
+    for (i, after) in afters.into_iter().enumerate() {
+        let Some(after) = after else { continue };
+        let span = after.span();
+        for name in after.into_inner() {
+            let Some(j) = services
+                .iter()
+                .position(|s| s.name.as_deref() == Some(name.as_str()))
+            else {
+                let known: Vec<&str> = services.iter().filter_map(|s| s.name.as_deref()).collect();
+                return Err(at(
+                    text,
+                    span,
+                    &format!(
+                        "`after` names {name:?}, which is no service here (services: {})",
+                        known.join(", ")
+                    ),
+                ));
+            };
+            if j == i {
+                return Err(at(
+                    text,
+                    span,
+                    &format!("service {name:?} is `after` itself: it could never start"),
+                ));
+            }
+            if !services[i].after.contains(&j) {
+                services[i].after.push(j);
+            }
+        }
+    }
+    if let Some(cycle) = cycle(&services) {
+        let names: Vec<&str> = cycle
+            .iter()
+            .map(|&i| services[i].name.as_deref().unwrap_or("?"))
+            .collect();
+        let span = spans[cycle[0]].command.clone().unwrap_or_default();
+        let _ = span;
+        return Err(format!(
+            "the services' `after` make a cycle, so none of them could start: {}",
+            names.join(" -> ")
+        ));
+    }
+    let main = match mains.as_slice() {
+        [] => match services.iter().position(|s| !s.oneshot) {
+            Some(i) => i,
+            None => {
+                return Err(
+                    "every service is a oneshot: mark the one whose end ends the \
+                            container with main = true"
+                        .to_string(),
+                );
+            }
+        },
+        [(i, _)] => *i,
+        [(first, _), (_, span), ..] => {
+            return Err(at(
+                text,
+                span.clone(),
+                &format!(
+                    "two services say main = true ({} is the first): there is one main service, \
+                     whose end ends the container",
+                    services[*first].name.as_deref().unwrap_or("?")
+                ),
+            ));
+        }
+    };
+    for (i, s) in services.iter().enumerate() {
+        if i != main && s.command.is_none() {
+            return Err(at(
+                text,
+                spans[i].command.clone().unwrap_or_default(),
+                &format!(
+                    "service {:?} has no `command`: only the main service's command may come \
+                     after `--` on the command line",
+                    s.name.as_deref().unwrap_or("?")
+                ),
+            ));
+        }
+    }
+    Ok((services, main, spans))
+}
+
+/// The first cycle in the services' `after`, as indices, the first one
+/// repeated at the end.
+fn cycle(services: &[Service]) -> Option<Vec<usize>> {
+    // 0: not seen, 1: on the path being walked, 2: done.
+    fn walk(
+        i: usize,
+        services: &[Service],
+        mark: &mut [u8],
+        path: &mut Vec<usize>,
+    ) -> Option<Vec<usize>> {
+        mark[i] = 1;
+        path.push(i);
+        for &j in &services[i].after {
+            if mark[j] == 1 {
+                let from = path.iter().position(|&k| k == j).expect("on the path");
+                let mut cycle = path[from..].to_vec();
+                cycle.push(j);
+                return Some(cycle);
+            }
+            if mark[j] == 0
+                && let Some(c) = walk(j, services, mark, path)
+            {
+                return Some(c);
+            }
+        }
+        path.pop();
+        mark[i] = 2;
+        None
+    }
+    let mut mark = vec![0u8; services.len()];
+    (0..services.len()).find_map(|i| {
+        if mark[i] == 0 {
+            walk(i, services, &mut mark, &mut Vec::new())
+        } else {
+            None
+        }
+    })
+}
+
+fn ordinal(i: usize) -> String {
+    match i + 1 {
+        1 => "first".to_string(),
+        2 => "second".to_string(),
+        3 => "third".to_string(),
+        n => format!("{n}th"),
+    }
+}
+
+/// The service a `[[watch]]` or `[[socket]]` named `what` belongs to:
+/// `service`, or the main one.
+fn owner_of(
+    services: &[Service],
+    main: usize,
+    service: Option<Spanned<String>>,
+    text: &str,
+    table: &str,
+    what: &str,
+) -> Result<usize, String> {
+    let (i, span) = match service {
+        None => (main, None),
+        Some(name) => {
+            let span = name.span();
+            match services
+                .iter()
+                .position(|s| s.name.as_deref() == Some(name.get_ref().as_str()))
+            {
+                Some(i) => (i, Some(span)),
+                None => {
+                    let known: Vec<&str> =
+                        services.iter().filter_map(|s| s.name.as_deref()).collect();
+                    return Err(at(
+                        text,
+                        span,
+                        &format!(
+                            "{table} {what:?}: `service` names {:?}, which is no service here{}",
+                            name.get_ref(),
+                            if known.is_empty() {
+                                " (a single [service] is named by its `name` key)".to_string()
+                            } else {
+                                format!(" (services: {})", known.join(", "))
+                            }
+                        ),
+                    ));
+                }
+            }
+        }
+    };
+    if services[i].oneshot {
+        let message = format!(
+            "{table} {what:?} belongs to service {:?}, a oneshot: it runs once and is never \
+             reloaded or given sockets",
+            services[i].name.as_deref().unwrap_or("?")
+        );
+        return Err(match span {
+            Some(span) => at(text, span, &message),
+            None => message,
+        });
+    }
+    Ok(i)
 }
 
 #[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
@@ -699,6 +1274,9 @@ struct RawHttp {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawWatch {
+    service: Option<Spanned<String>>,
+    optional: Option<bool>,
+    check_sockets: Option<bool>,
     name: Option<String>,
     paths: Spanned<Vec<PathBuf>>,
     check: Option<Spanned<Argv>>,
@@ -884,6 +1462,9 @@ impl RawWatch {
             action,
             debounce: self.debounce.map_or(Duration::from_millis(100), |d| d.0),
             publish,
+            service: 0,
+            optional: self.optional.unwrap_or(false),
+            check_sockets: self.check_sockets.unwrap_or(false),
         })
     }
 }
@@ -1152,13 +1733,178 @@ mod tests {
         Config::parse(text).unwrap_err()
     }
 
+    const FAT: &str = r#"
+[[service]]
+name = "migrate"
+command = ["app", "migrate"]
+oneshot = true
+
+[[service]]
+name = "php"
+command = ["php-fpm8.2", "-F"]
+notify = true
+user = "www-data"
+after = ["migrate"]
+
+[[service]]
+name = "web"
+command = ["nginx", "-g", "daemon off;"]
+after = ["php"]
+main = true
+
+[[socket]]
+name = "http"
+service = "web"
+listen = "127.0.0.1:8080"
+
+[[watch]]
+service = "php"
+name = "pool"
+paths = ["/etc/php"]
+on_change = "signal"
+signal = "SIGUSR2"
+
+[[watch]]
+name = "site"
+paths = ["/etc/nginx"]
+on_change = "signal"
+"#;
+
+    #[test]
+    fn several_services_with_their_order_main_sockets_and_watches() {
+        let c = Config::parse(FAT).unwrap();
+        let names: Vec<_> = c.services.iter().map(|s| s.name.clone().unwrap()).collect();
+        assert_eq!(names, ["migrate", "php", "web"]);
+        assert_eq!(c.main, 2);
+        assert_eq!(c.services[1].after, [0]);
+        assert_eq!(c.services[2].after, [1]);
+        assert!(c.services[0].oneshot && c.services[0].required);
+        assert_eq!(c.services[1].user, Some(User::Name("www-data".into())));
+        assert_eq!(
+            c.services[1].output,
+            Output::Prefix,
+            "the default with several"
+        );
+        assert_eq!(c.sockets[0].service, 2);
+        assert_eq!(
+            (c.watches[0].service, c.watches[1].service),
+            (1, 2),
+            "main by default"
+        );
+        // What check-config prints is a config that means the same.
+        assert_eq!(Config::parse(&c.describe()).unwrap(), c);
+    }
+
+    #[test]
+    fn one_service_keeps_its_output_and_is_named_after_its_program() {
+        let c =
+            Config::parse("[service]\ncommand = [\"/usr/sbin/nginx\", \"-g\", \"daemon off;\"]\n")
+                .unwrap();
+        assert_eq!(c.service().output, Output::Inherit);
+        assert_eq!(c.service_name(0, None), "nginx");
+        assert_eq!(c.service_name(0, Some(&["/bin/app".into()])), "app");
+        let one = Config::parse("[[service]]\ncommand = [\"x\"]\n").unwrap();
+        assert_eq!(one.services.len(), 1, "one [[service]] is one service");
+    }
+
+    #[test]
+    fn mistakes_with_several_services_name_the_line_and_the_fix() {
+        let two = |a: &str, b: &str| {
+            format!("[[service]]\ncommand = [\"a\"]\n{a}\n[[service]]\ncommand = [\"b\"]\n{b}\n")
+        };
+        let e = err(&two("name = \"a\"", ""));
+        assert!(e.contains("the second [[service]] has no `name`"), "{e}");
+        let e = err(&two("name = \"a\"", "name = \"a\""));
+        assert!(
+            e.starts_with("line 6") && e.contains("two services are named \"a\""),
+            "{e}"
+        );
+        let e = err(&two("name = \"a b\"", "name = \"b\""));
+        assert!(e.contains("use letters, digits"), "{e}");
+        let e = err(&two("name = \"a\"\nafter = [\"c\"]", "name = \"b\""));
+        assert!(
+            e.starts_with("line 4")
+                && e.contains("\"c\", which is no service here (services: a, b)"),
+            "{e}"
+        );
+        let e = err(&two(
+            "name = \"a\"\nafter = [\"b\"]",
+            "name = \"b\"\nafter = [\"a\"]",
+        ));
+        assert!(
+            e.contains("make a cycle") && e.contains("a -> b -> a"),
+            "{e}"
+        );
+        let e = err(&two("name = \"a\"\nafter = [\"a\"]", "name = \"b\""));
+        assert!(e.contains("`after` itself"), "{e}");
+        let e = err(&two(
+            "name = \"a\"\nmain = true",
+            "name = \"b\"\nmain = true",
+        ));
+        assert!(
+            e.starts_with("line 8") && e.contains("two services say main = true (a is the first)"),
+            "{e}"
+        );
+        let e = err(&two(
+            "name = \"a\"\noneshot = true",
+            "name = \"b\"\noneshot = true",
+        ));
+        assert!(e.contains("every service is a oneshot"), "{e}");
+        let e = err(
+            "[[service]]\nname = \"a\"\n[[service]]\nname = \"b\"\ncommand = [\"b\"]\nmain = true\n",
+        );
+        assert!(e.contains("service \"a\" has no `command`"), "{e}");
+        let e = err(&format!(
+            "{}[[watch]]\nservice = \"c\"\npaths = [\"/x\"]\non_change = \"none\"\n",
+            two("name = \"a\"", "name = \"b\"")
+        ));
+        assert!(
+            e.starts_with("line 8") && e.contains("`service` names \"c\""),
+            "{e}"
+        );
+        let e = err(&format!(
+            "{}[[socket]]\nname = \"s\"\nservice = \"b\"\nlisten = \"127.0.0.1:1\"\n",
+            two("name = \"a\"", "name = \"b\"\noneshot = true")
+        ));
+        assert!(e.contains("belongs to service \"b\", a oneshot"), "{e}");
+        let e = err(&two(
+            "name = \"a\"",
+            "name = \"b\"\noneshot = true\nnotify = true",
+        ));
+        assert!(e.contains("`notify` on a oneshot"), "{e}");
+        let e = err(&two(
+            "name = \"a\"",
+            "name = \"b\"\noneshot = true\nrestart = \"always\"",
+        ));
+        assert!(e.contains("would run again after it succeeded"), "{e}");
+        let e = err("[service]\nreload_notify = true\n");
+        assert!(e.contains("`reload_notify` needs notify = true"), "{e}");
+    }
+
+    #[test]
+    fn a_user_is_a_name_or_numeric_ids() {
+        let user = |u: &str| {
+            Config::parse(&format!("[service]\nuser = \"{u}\"\n"))
+                .map(|c| c.service().user.clone().unwrap())
+        };
+        assert_eq!(user("www-data").unwrap(), User::Name("www-data".into()));
+        assert_eq!(user("101:102").unwrap(), User::Ids { uid: 101, gid: 102 });
+        assert!(
+            user("101:")
+                .unwrap_err()
+                .contains("neither a user name nor numeric")
+        );
+        assert!(user("-x").unwrap_err().contains("is not a user name"));
+        assert!(user("").unwrap_err().contains("is not a user name"));
+    }
+
     #[test]
     fn an_empty_file_means_all_defaults() {
         let c = Config::parse("").unwrap();
-        assert_eq!(c.service, Service::default());
+        assert_eq!(c.service(), &Service::default());
         assert!(c.watches.is_empty());
-        assert_eq!(c.service.stop_timeout, Duration::from_secs(10));
-        assert_eq!(c.service.restart, Restart::Never);
+        assert_eq!(c.service().stop_timeout, Duration::from_secs(10));
+        assert_eq!(c.service().restart, Restart::Never);
     }
 
     #[test]
@@ -1194,11 +1940,11 @@ exec = ["nginx", "-s", "reload"]
 "#,
         )
         .unwrap();
-        assert_eq!(c.service.command.as_deref().unwrap()[0], "nginx");
-        assert_eq!(c.service.stop_signal, Signal::SIGQUIT);
-        assert_eq!(c.service.restart, Restart::OnFailure);
-        assert!(c.service.process_group);
-        assert_eq!(c.service.env["LOG_LEVEL"], "info");
+        assert_eq!(c.service().command.as_deref().unwrap()[0], "nginx");
+        assert_eq!(c.service().stop_signal, Signal::SIGQUIT);
+        assert_eq!(c.service().restart, Restart::OnFailure);
+        assert!(c.service().process_group);
+        assert_eq!(c.service().env["LOG_LEVEL"], "info");
         assert_eq!(
             c.readiness.file.as_deref(),
             Some(Path::new("/run/tend/ready"))
@@ -1238,7 +1984,7 @@ debounce = "2m"
     fn env_from_is_a_list_of_paths() {
         let c = Config::parse("[service]\nenv_from = [\"/etc/app/env\", \"secrets\"]\n").unwrap();
         assert_eq!(
-            c.service.env_from,
+            c.service().env_from,
             [PathBuf::from("/etc/app/env"), PathBuf::from("secrets")]
         );
         assert!(
@@ -1246,7 +1992,7 @@ debounce = "2m"
                 .contains("\nenv_from = [\"/etc/app/env\", \"secrets\"]\n")
         );
         assert_eq!(Config::parse(&c.describe()).unwrap(), c);
-        assert!(Config::parse("").unwrap().service.env_from.is_empty());
+        assert!(Config::parse("").unwrap().service().env_from.is_empty());
         assert!(!Config::parse("").unwrap().describe().contains("env_from"));
         let e = err("[service]\nenv_from = [\"/a\", \"\"]\n");
         assert!(e.contains("line 2") && e.contains("empty path"), "{e}");
@@ -1456,21 +2202,21 @@ debounce = "2m"
     #[test]
     fn readiness_of_the_service_and_the_restart_mode() {
         let c = Config::parse("").unwrap();
-        assert!(!c.service.notify);
-        assert_eq!(c.service.ready_timeout, Duration::from_secs(30));
-        assert_eq!(c.service.restart_mode, RestartMode::StopStart);
+        assert!(!c.service().notify);
+        assert_eq!(c.service().ready_timeout, Duration::from_secs(30));
+        assert_eq!(c.service().restart_mode, RestartMode::StopStart);
         let c = Config::parse(
             "[service]\nnotify = true\nready_timeout = \"5s\"\nrestart_mode = \"overlap\"\n",
         )
         .unwrap();
-        assert!(c.service.notify);
-        assert_eq!(c.service.ready_timeout, Duration::from_secs(5));
-        assert_eq!(c.service.restart_mode, RestartMode::Overlap);
+        assert!(c.service().notify);
+        assert_eq!(c.service().ready_timeout, Duration::from_secs(5));
+        assert_eq!(c.service().restart_mode, RestartMode::Overlap);
         assert_eq!(Config::parse(&c.describe()).unwrap(), c);
         let c =
             Config::parse("[service]\nready_check = [\"curl\", \"-fs\", \"http://127.0.0.1/\"]\n")
                 .unwrap();
-        assert_eq!(c.service.ready_check.as_ref().unwrap()[0], "curl");
+        assert_eq!(c.service().ready_check.as_ref().unwrap()[0], "curl");
         assert_eq!(Config::parse(&c.describe()).unwrap(), c);
         let e = err("[service]\nnotify = true\nready_check = [\"true\"]\n");
         assert!(

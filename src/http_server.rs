@@ -202,6 +202,7 @@ impl HttpServer {
     pub fn bind(addr: SocketAddr) -> Result<HttpServer, String> {
         let fail = |reason: String| format!("cannot listen on {addr} ([http] listen): {reason}");
         let spec = SocketSpec {
+            service: 0,
             name: "http".into(),
             listen: Listen::Tcp(addr),
             backlog: None,

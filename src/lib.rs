@@ -21,4 +21,5 @@ pub mod status;
 pub mod supervisor;
 pub mod text;
 pub mod time;
+pub mod users;
 pub mod watch;

@@ -157,7 +157,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             };
             let argv = if !cli.command.is_empty() {
                 cli.command
-            } else if let Some(argv) = config.service.command.clone() {
+            } else if let Some(argv) = config.service().command.clone() {
                 argv
             } else {
                 return Err(Failure::Usage(match &config_path {
@@ -189,10 +189,12 @@ fn run(cli: Cli) -> Result<i32, Failure> {
                 }
                 None => None,
             };
+            // Before anything starts: a user that is not there stops tend.
+            let accounts = supervisor::accounts(&config).map_err(Failure::Usage)?;
             // Before the service first starts: what it reads is there.
             let restored = tend::watch::publish::prepare_all(&config.watches, &current_dir()?)
                 .map_err(|e| Failure::Usage(format!("{e:#}")))?;
-            supervisor::Supervisor::new(&config, argv, sockets, http, restored)
+            supervisor::Supervisor::new(&config, argv, sockets, http, restored, accounts)
                 .and_then(|s| s.run())
                 .map_err(Failure::Internal)
         }

@@ -70,8 +70,36 @@ fn render(s: &Status) -> String {
             if i.ready { ", ready" } else { "" }
         );
     }
+    if s.services.len() > 1 {
+        for svc in &s.services {
+            let mut facts = vec![svc.state.clone()];
+            facts.extend(svc.pid.map(|p| format!("pid {p}")));
+            if svc.ready {
+                facts.push("ready".into());
+            }
+            facts.push(format!(
+                "{} restart{}",
+                svc.restarts,
+                if svc.restarts == 1 { "" } else { "s" }
+            ));
+            if let Some(e) = &svc.last_exit {
+                facts.push(format!("last {e}"));
+            }
+            let role = match (svc.main, svc.required) {
+                (true, _) => " (main)",
+                (false, false) => " (not required)",
+                (false, true) => "",
+            };
+            let _ = writeln!(out, "  {}{role}: {}", svc.name, facts.join(", "));
+        }
+    }
     for w in &s.watches {
-        let _ = writeln!(out, "watch       {}: {}", w.name, w.result.as_str());
+        let owner = if s.services.len() > 1 && !w.service.is_empty() {
+            format!(" (service {})", w.service)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(out, "watch       {}{owner}: {}", w.name, w.result.as_str());
         let why = text::summary(&w.check_output);
         if !why.is_empty() {
             let _ = writeln!(out, "  check     {why}");
@@ -106,8 +134,10 @@ mod tests {
                     ready: true,
                 }],
             },
+            services: vec![],
             watches: vec![WatchStatus {
                 name: "nginx".into(),
+                service: "nginx".into(),
                 result: WatchResult::Invalid,
                 check_output: "nginx: [emerg] unknown directive \"x\"\ntest failed\n".into(),
                 changed_at: Some("2026-01-02T03:04:05Z".into()),
@@ -140,6 +170,7 @@ mod tests {
                 status: None,
                 instances: vec![],
             },
+            services: vec![],
             watches: vec![],
             updated_at: String::new(),
         };

@@ -153,6 +153,8 @@ pub fn parse_mode(s: &str) -> Result<u32, String> {
 /// A `[[socket]]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SocketSpec {
+    /// The service (index) it goes to.
+    pub service: usize,
     /// Its `LISTEN_FDNAMES` entry.
     pub name: String,
     pub listen: Listen,
@@ -457,6 +459,7 @@ mod tests {
     #[test]
     fn names_must_fit_listen_fdnames() {
         let spec = |name: &str, listen: &str, mode: Option<u32>| SocketSpec {
+            service: 0,
             name: name.into(),
             listen: listen.parse().unwrap(),
             backlog: None,

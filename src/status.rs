@@ -377,8 +377,10 @@ mod tests {
                 status: None,
                 instances: vec![],
             },
+            services: vec![],
             watches: vec![WatchStatus {
                 name: "nginx".into(),
+                service: "nginx".into(),
                 result: WatchResult::ActionFailed,
                 check_output: "ok\n".into(),
                 changed_at: None,

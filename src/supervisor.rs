@@ -21,7 +21,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::time::TimeSpec;
 use nix::unistd::Pid;
 
-use crate::config::{Config, InvalidConfig, RestartMode};
+use crate::config::{Config, InvalidConfig};
 use crate::core::{
     Command, Core, Event, Exit, Notification, Now, ServiceId, Settings, SpawnFailure, SpawnKind,
     service,
@@ -37,6 +37,7 @@ use crate::process::spawn::{self, Output, Spec};
 use crate::signals;
 use crate::sockets::Held;
 use crate::status::ReadinessFiles;
+use crate::users::Account;
 use crate::watch::{Request, Restored, WatchId, Watcher};
 
 pub struct Supervisor {
@@ -46,19 +47,12 @@ pub struct Supervisor {
     readiness: ReadinessFiles,
     /// Checks and exec actions in flight, by pid: their output pipes.
     jobs: Vec<Job>,
-    /// The service, checks and exec actions run with the service's env and
-    /// working_dir.
-    env: BTreeMap<String, String>,
-    /// Read at every start of the service, under `env`; jobs never get it.
-    env_from: Vec<PathBuf>,
-    working_dir: Option<PathBuf>,
-    take_terminal: bool,
+    /// How each service starts, by [`ServiceId`].
+    services: Vec<Launch>,
     /// Listening sockets, held at fds 3.. for every start of the service.
     sockets: Held,
-    /// NOTIFY_SOCKET, with `notify = true`.
+    /// NOTIFY_SOCKET, when a service has `notify = true`.
     notify: Option<NotifySocket>,
-    /// What the service gets besides `env` (NOTIFY_SOCKET).
-    service_env: Vec<(String, String)>,
     /// `[http] listen`: /ready, /status and /metrics.
     http: Option<HttpServer>,
     /// The generations of the status and the metrics the server's pages
@@ -71,15 +65,37 @@ pub struct Supervisor {
     publishes: bool,
 }
 
+/// What the shell needs to start one service, and the jobs run on its
+/// behalf (which run with its env and working_dir, as tend's user).
+struct Launch {
+    env: BTreeMap<String, String>,
+    /// Read at every start of the service, under `env`; jobs never get it.
+    env_from: Vec<PathBuf>,
+    working_dir: Option<PathBuf>,
+    /// The main service takes the terminal when tend has it; the others
+    /// read /dev/null.
+    main: bool,
+    take_terminal: bool,
+    /// Whether it gets the held sockets.
+    sockets: bool,
+    /// What it gets besides `env`: NOTIFY_SOCKET, its user's HOME, USER and
+    /// LOGNAME.
+    extra_env: Vec<(String, String)>,
+    /// The user it runs as, when tend switches to one.
+    user: Option<Account>,
+}
+
 impl Supervisor {
     /// `restored`: what an earlier tend published, per watch (see
-    /// [`crate::watch::publish::prepare_all`]).
+    /// [`crate::watch::publish::prepare_all`]); `accounts`: each service's
+    /// user (see [`accounts`]).
     pub fn new(
         config: &Config,
         argv: Vec<String>,
         sockets: Held,
         http: Option<HttpServer>,
         restored: Vec<Option<Restored>>,
+        accounts: Vec<Option<Account>>,
     ) -> anyhow::Result<Supervisor> {
         let pid1 = nix::unistd::getpid().as_raw() == 1;
         if !pid1 {
@@ -99,42 +115,64 @@ impl Supervisor {
         let cwd = std::env::current_dir().context("cannot read the current directory")?;
         let readiness = ReadinessFiles::new(&config.readiness);
         let publishes = readiness.configured() || !config.watches.is_empty();
-        let notify = if config.service.notify {
+        let notify = if config.services.iter().any(|s| s.notify) {
             Some(NotifySocket::new().context("cannot create the notify socket (notify = true)")?)
         } else {
             None
         };
-        let service_env = notify
-            .iter()
-            .map(|n| {
-                (
+        let take_terminal = owns_terminal();
+        let tend_uid = euid();
+        let mut launches = Vec::with_capacity(config.services.len());
+        let mut services = Vec::with_capacity(config.services.len());
+        for (i, (s, account)) in config.services.iter().zip(accounts).enumerate() {
+            let main = i == config.main;
+            let argv = if main {
+                argv.clone()
+            } else {
+                s.command.clone().unwrap_or_default()
+            };
+            let mut extra_env = Vec::new();
+            if s.notify
+                && let Some(n) = &notify
+            {
+                extra_env.push((
                     "NOTIFY_SOCKET".to_string(),
                     n.path().to_string_lossy().into_owned(),
-                )
-            })
-            .collect();
+                ));
+            }
+            if let Some(a) = &account {
+                extra_env.extend(a.variables());
+            }
+            launches.push(Launch {
+                env: s.env.clone(),
+                env_from: s.env_from.clone(),
+                working_dir: s.working_dir.clone(),
+                main,
+                take_terminal: main && take_terminal,
+                sockets: config.sockets.iter().any(|k| k.service == i),
+                extra_env,
+                // tend's own user needs no switch (nor could make one).
+                user: account.filter(|a| tend_uid == 0 || a.uid != tend_uid),
+            });
+            let name = config.service_name(i, Some(&argv));
+            services.push(service::Settings::from_config(config, i, name, argv));
+        }
         let settings = Settings {
-            services: vec![service::Settings {
-                name: program_name(&argv),
-                argv,
-                stop_signal: config.service.stop_signal,
-                stop_timeout: config.service.stop_timeout,
-                restart: config.service.restart,
-                process_group: config.service.process_group,
-                notify: config.service.notify,
-                ready_check: config.service.ready_check.clone(),
-                ready_timeout: config.service.ready_timeout,
-                overlap: config.service.restart_mode == RestartMode::Overlap,
-            }],
-            main: ServiceId(0),
+            services,
+            main: ServiceId(config.main),
             pid1,
             readiness_files: readiness.configured(),
             ready_when_invalid: config.readiness.invalid_config == InvalidConfig::Ready,
             seed: random_seed(),
         };
+        let env_from: Vec<PathBuf> = config
+            .services
+            .iter()
+            .flat_map(|s| s.env_from.iter().cloned())
+            .collect();
         let watcher = Watcher::new(
             &config.watches,
-            &config.service.env_from,
+            &env_from,
             &cwd,
             &own_files(&config.readiness, &config.watches),
             Instant::now(),
@@ -151,13 +189,9 @@ impl Supervisor {
             watcher,
             readiness,
             jobs: Vec::new(),
-            env: config.service.env.clone(),
-            env_from: config.service.env_from.clone(),
-            working_dir: config.service.working_dir.clone(),
-            take_terminal: owns_terminal(),
+            services: launches,
             sockets,
             notify,
-            service_env,
             publishes: publishes || http.is_some(),
             http,
             served: (0, 0),
@@ -313,20 +347,24 @@ impl Supervisor {
         extra_env: &[(String, String)],
     ) -> Result<Pid, SpawnFailure> {
         let started = match kind {
-            SpawnKind::Service(_) => {
-                let env = self.service_variables()?;
+            SpawnKind::Service(id) => {
+                let launch = &self.services[id.0];
+                let env = service_variables(launch)?;
                 spawn::spawn(Spec {
                     argv,
                     env: &env,
-                    working_dir: self.working_dir.as_deref(),
-                    take_terminal: self.take_terminal,
+                    working_dir: launch.working_dir.as_deref(),
+                    take_terminal: launch.take_terminal,
                     output: Output::Inherit,
-                    sockets: Some(&self.sockets),
-                    extra_env: &self.service_env,
+                    sockets: launch.sockets.then_some(&self.sockets),
+                    extra_env: &launch.extra_env,
+                    stdin_null: !launch.main,
+                    user: launch.user.as_ref(),
                 })
             }
-            SpawnKind::Job(_) => {
-                Job::start(argv, &self.env, extra_env, self.working_dir.as_deref()).map(|job| {
+            SpawnKind::Job(id) => {
+                let launch = &self.services[id.0];
+                Job::start(argv, &launch.env, extra_env, launch.working_dir.as_deref()).map(|job| {
                     let pid = job.pid();
                     self.jobs.push(job);
                     pid
@@ -336,17 +374,6 @@ impl Supervisor {
         started.map_err(|e| SpawnFailure {
             message: e.to_string(),
             exit_code: e.exit_code(),
-        })
-    }
-
-    /// The service's variables for this start: env_from read now, `env` on
-    /// top. An env_from that cannot be read is a config error, so the start
-    /// fails with 2 (tend exits 2 when it was the first; later, the restart
-    /// policy applies).
-    fn service_variables(&self) -> Result<Cow<'_, BTreeMap<String, String>>, SpawnFailure> {
-        envfile::environment(&self.env_from, &self.env).map_err(|e| SpawnFailure {
-            message: format!("cannot start the service: {e}"),
-            exit_code: 2,
         })
     }
 
@@ -574,6 +601,52 @@ impl Supervisor {
     }
 }
 
+/// A service's variables for this start: env_from read now, `env` on top.
+/// An env_from that cannot be read is a config error, so the start fails
+/// with 2 (tend exits 2 when it was the first; later, the restart policy
+/// applies).
+fn service_variables(launch: &Launch) -> Result<Cow<'_, BTreeMap<String, String>>, SpawnFailure> {
+    envfile::environment(&launch.env_from, &launch.env).map_err(|e| SpawnFailure {
+        message: format!("cannot start the service: {e}"),
+        exit_code: 2,
+    })
+}
+
+/// Each service's user, resolved from the image's /etc/passwd and
+/// /etc/group: an error names a user that is not there, or one tend cannot
+/// switch to because it is not root.
+pub fn accounts(config: &Config) -> Result<Vec<Option<Account>>, String> {
+    let me = euid();
+    let root = me == 0;
+    config
+        .services
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let Some(user) = &s.user else {
+                return Ok(None);
+            };
+            let name = config.service_name(i, None);
+            let account = Account::resolve(user, std::path::Path::new("/"))
+                .map_err(|e| format!("service {name:?}: user = \"{user}\": {e}"))?;
+            if !root && account.uid != me {
+                return Err(format!(
+                    "service {name:?}: user = \"{user}\" (uid {}): tend runs as uid {me}, not \
+                     root, and cannot switch to another user; run tend as root, or remove `user`",
+                    account.uid
+                ));
+            }
+            Ok(Some(account))
+        })
+        .collect()
+}
+
+/// tend's effective uid.
+fn euid() -> u32 {
+    // SAFETY: geteuid has no failure and no memory effects.
+    unsafe { libc::geteuid() }
+}
+
 /// The files tend writes itself, which no watch may take for a change.
 /// What tend writes itself, which no watch may cover: the ready and status
 /// files, and the `publish` directories (a symlink in a watched tree that
@@ -589,16 +662,6 @@ fn own_files(
         .chain(watches.iter().filter_map(|w| w.publish.as_ref()))
         .cloned()
         .collect()
-}
-
-/// A service's name when the config gives none: its program's, the last
-/// part of `argv[0]`.
-fn program_name(argv: &[String]) -> String {
-    argv.first()
-        .and_then(|a| a.rsplit('/').next())
-        .filter(|n| !n.is_empty())
-        .unwrap_or("service")
-        .to_string()
 }
 
 /// A seed for the splay waits, different in every replica.

@@ -188,7 +188,8 @@ fn with_notify_a_ready_1_from_outside_the_service_is_ignored() {
 
 /// A service with sd_notify: READY=1 at start; on SIGHUP it says
 /// RELOADING=1, rereads its config and says READY=1, unless the config says
-/// `hang` (then it never confirms).
+/// `hang` (then it says nothing, as gunicorn does) or `stall` (then it says
+/// RELOADING=1 and never READY=1).
 const NOTIFYING_SERVICE: &str = r#"
 import os, signal, socket, sys, time
 conf, log = sys.argv[1], sys.argv[2]
@@ -200,7 +201,9 @@ def note(line):
 def reload(*_):
     text = open(conf).read().strip()
     note("reload " + text)
-    if text != "hang":
+    if text == "stall":
+        say("RELOADING=1")
+    elif text != "hang":
         say("RELOADING=1")
         say("READY=1\nSTATUS=serving " + text)
 signal.signal(signal.SIGHUP, reload)
@@ -210,13 +213,57 @@ while True:
 "#;
 
 #[test]
-fn with_notify_a_signal_reload_is_applied_once_the_service_confirms_it() {
+fn with_notify_a_signal_reload_is_applied_once_sent_and_a_reload_the_service_announces_must_finish()
+{
     let sb = Sandbox::new();
     let vol = sb.path("config");
     project(&vol, &[("app.conf", "v0")]);
     let script = sb.write("svc.py", NOTIFYING_SERVICE);
     let cfg = sb.config(&format!(
         "[service]\ncommand = [\"python3\", {:?}, {:?}, {:?}]\nnotify = true\nready_timeout = \"1s\"\n{}\n\
+         [[watch]]\nname = \"app\"\npaths = [{:?}]\non_change = \"signal\"\nsignal = \"SIGHUP\"\n",
+        script.display().to_string(),
+        vol.join("app.conf").display().to_string(),
+        sb.path("reloads.log").display().to_string(),
+        sb.readiness_toml(),
+        vol.display().to_string(),
+    ));
+    let mut tend = sb.tend().config(&cfg).start();
+    sb.wait_ready(true, secs(10.0));
+    // A service that says nothing on SIGHUP (gunicorn): applied once sent.
+    project(&vol, &[("app.conf", "hang")]);
+    tend.wait_stderr("sent SIGHUP to the service: config applied", secs(10.0));
+    wait_for("the service's reload", secs(5.0), || {
+        std::fs::read_to_string(sb.path("reloads.log"))
+            .ok()
+            .filter(|l| l.contains("reload hang"))
+    });
+    let st = sb.wait_state("ready", secs(5.0));
+    assert_eq!(st["watches"][0]["result"], "applied");
+    // One that announces the reload: not ready until its READY=1.
+    project(&vol, &[("app.conf", "v1")]);
+    wait_for("serving v1", secs(10.0), || {
+        sb.status()
+            .filter(|s| s["service"]["status"] == "serving v1" && s["ready"] == true)
+    });
+    // One that announces it and never finishes: stopped at ready_timeout,
+    // and the restart policy (never) ends tend with its status.
+    project(&vol, &[("app.conf", "stall")]);
+    tend.wait_stderr(
+        "sent RELOADING=1 but no READY=1 within 1s: stopping it",
+        secs(10.0),
+    );
+    assert_eq!(tend.wait(secs(10.0)), 128 + libc::SIGTERM);
+}
+
+#[test]
+fn with_reload_notify_a_signal_reload_is_applied_once_the_service_confirms_it() {
+    let sb = Sandbox::new();
+    let vol = sb.path("config");
+    project(&vol, &[("app.conf", "v0")]);
+    let script = sb.write("svc.py", NOTIFYING_SERVICE);
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = [\"python3\", {:?}, {:?}, {:?}]\nnotify = true\nreload_notify = true\nready_timeout = \"1s\"\n{}\n\
          [[watch]]\nname = \"app\"\npaths = [{:?}]\non_change = \"signal\"\nsignal = \"SIGHUP\"\n",
         script.display().to_string(),
         vol.join("app.conf").display().to_string(),

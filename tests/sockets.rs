@@ -47,6 +47,7 @@ for i in range(int(os.environ.get("LISTEN_FDS", "0"))):
 
 fn tcp(name: &str, addr: &str) -> SocketSpec {
     SocketSpec {
+        service: 0,
         name: name.into(),
         listen: addr.parse().unwrap(),
         backlog: None,
@@ -56,6 +57,7 @@ fn tcp(name: &str, addr: &str) -> SocketSpec {
 
 fn unix(name: &str, path: &Path, mode: Option<u32>) -> SocketSpec {
     SocketSpec {
+        service: 0,
         name: name.into(),
         listen: Listen::Unix(path.to_path_buf()),
         backlog: None,
@@ -72,6 +74,8 @@ fn start(argv: &[String], env: &BTreeMap<String, String>, sockets: Option<&Held>
         output: Output::Inherit,
         sockets,
         extra_env: &[("NOTIFY_SOCKET".into(), "/run/test-notify".into())],
+        stdin_null: false,
+        user: None,
     })
     .unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"))
 }
@@ -323,6 +327,8 @@ fn a_spawn_with_sockets_searches_path_and_fails_like_any_spawn() {
                     output: Output::Inherit,
                     sockets: Some(&held),
                     extra_env: &[],
+                    stdin_null: false,
+                    user: None,
                 })
             };
             let no_env = BTreeMap::new();

@@ -22,18 +22,57 @@ pub(super) fn inspect(
     text: &str,
     cwd: &Path,
 ) -> Result<Vec<String>, String> {
-    let run_dir = working_dir(config, spans, text, cwd)?;
-    commands(config, spans, text, &run_dir)?;
+    let mut run_dirs = Vec::with_capacity(config.services.len());
+    for i in 0..config.services.len() {
+        run_dirs.push(working_dir(config, i, spans, text, cwd)?);
+    }
+    commands(config, spans, text, &run_dirs)?;
     let mut warnings = readiness_files(config, spans, text, cwd);
     warnings.extend(watched_paths(config, spans, text, cwd));
-    warnings.extend(env_from(config, spans, text, cwd));
+    for i in 0..config.services.len() {
+        warnings.extend(env_from(config, i, spans, text, cwd));
+        warnings.extend(user(config, i, spans, text));
+    }
     Ok(warnings)
+}
+
+/// How the config names service `i` in a message.
+fn label(config: &Config, i: usize) -> String {
+    match &config.services[i].name {
+        Some(name) if config.services.len() > 1 => format!("service {name:?}"),
+        _ => "service".to_string(),
+    }
+}
+
+/// A warning when the user a service runs as is not in this machine's
+/// /etc/passwd (the image's may have it).
+fn user(config: &Config, i: usize, spans: &Spans, text: &str) -> Option<String> {
+    let Some(super::User::Name(name)) = &config.services[i].user else {
+        return None;
+    };
+    match crate::users::Account::look_up(name, Path::new("/")) {
+        Ok(_) => None,
+        Err(e) => Some(at(
+            text,
+            spans.services[i].user.clone().unwrap_or_default(),
+            &format!(
+                "{}.user: {e}; the service cannot start where that is so (check inside the image)",
+                label(config, i)
+            ),
+        )),
+    }
 }
 
 /// Where commands run (a relative program is found from there); an error
 /// when working_dir is not a directory.
-fn working_dir(config: &Config, spans: &Spans, text: &str, cwd: &Path) -> Result<PathBuf, String> {
-    let Some(dir) = &config.service.working_dir else {
+fn working_dir(
+    config: &Config,
+    i: usize,
+    spans: &Spans,
+    text: &str,
+    cwd: &Path,
+) -> Result<PathBuf, String> {
+    let Some(dir) = &config.services[i].working_dir else {
         return Ok(cwd.to_path_buf());
     };
     let resolved = cwd.join(dir);
@@ -44,37 +83,52 @@ fn working_dir(config: &Config, spans: &Spans, text: &str, cwd: &Path) -> Result
     };
     Err(at(
         text,
-        spans.working_dir.clone().unwrap_or_default(),
-        &format!("service.working_dir {dir:?} {problem}"),
+        spans.services[i].working_dir.clone().unwrap_or_default(),
+        &format!("{}.working_dir {dir:?} {problem}", label(config, i)),
     ))
 }
 
 /// An error for the first command written as one string with spaces.
-fn commands(config: &Config, spans: &Spans, text: &str, run_dir: &Path) -> Result<(), String> {
-    let service = &config.service;
+fn commands(
+    config: &Config,
+    spans: &Spans,
+    text: &str,
+    run_dirs: &[PathBuf],
+) -> Result<(), String> {
     // The service's env is added to tend's, so its PATH wins.
-    let search_path = match service.env.get("PATH") {
+    let search_path = |i: usize| match config.services[i].env.get("PATH") {
         Some(p) => Some(OsString::from(p)),
         None => std::env::var_os("PATH"),
     };
-    let mut commands = vec![(
-        service.command.as_ref(),
-        &spans.command,
-        "service.command".to_string(),
-    )];
+    let mut commands = Vec::new();
+    for (i, service) in config.services.iter().enumerate() {
+        commands.push((
+            i,
+            service.command.as_ref(),
+            &spans.services[i].command,
+            format!("{}.command", label(config, i)),
+        ));
+    }
     for (w, ws) in config.watches.iter().zip(&spans.watches) {
         commands.push((
+            w.service,
             w.check.as_ref(),
             &ws.check,
             format!("watch {:?}: `check`", w.name),
         ));
         if let Action::Exec(argv) = &w.action {
-            commands.push((Some(argv), &ws.exec, format!("watch {:?}: `exec`", w.name)));
+            commands.push((
+                w.service,
+                Some(argv),
+                &ws.exec,
+                format!("watch {:?}: `exec`", w.name),
+            ));
         }
     }
-    for (argv, span, key) in commands {
+    for (i, argv, span, key) in commands {
         if let Some(argv) = argv
-            && let Some(problem) = one_word_with_spaces(argv, run_dir, search_path.as_deref())
+            && let Some(problem) =
+                one_word_with_spaces(argv, &run_dirs[i], search_path(i).as_deref())
         {
             return Err(at(
                 text,
@@ -171,17 +225,18 @@ fn watched_paths(config: &Config, spans: &Spans, text: &str, cwd: &Path) -> Vec<
 
 /// Warnings for env_from paths that are relative, or that the service's
 /// start could not read now (missing, not a file or directory, a bad line).
-fn env_from(config: &Config, spans: &Spans, text: &str, cwd: &Path) -> Vec<String> {
-    let span = spans.env_from.clone().unwrap_or_default();
+fn env_from(config: &Config, i: usize, spans: &Spans, text: &str, cwd: &Path) -> Vec<String> {
+    let span = spans.services[i].env_from.clone().unwrap_or_default();
     let mut warnings = Vec::new();
-    for path in &config.service.env_from {
+    let label = label(config, i);
+    for path in &config.services[i].env_from {
         let resolved = normalize(&cwd.join(path));
         if path.is_relative() {
             warnings.push(at(
                 text,
                 span.clone(),
                 &format!(
-                    "service.env_from: {path:?} is relative: from the current directory it is \
+                    "{label}.env_from: {path:?} is relative: from the current directory it is \
                      {}; tend resolves it from the directory it is started in",
                     resolved.display()
                 ),

@@ -175,7 +175,7 @@ pub struct Core {
 }
 
 impl Core {
-    /// `watches` go to the main service (`[[watch]]` has no `service` yet).
+    /// Each of `watches` belongs to the service its `service` names.
     pub fn new(settings: Settings, watches: &[config::Watch]) -> Core {
         let main = settings.main;
         Core {
@@ -188,7 +188,7 @@ impl Core {
             watches: watches
                 .iter()
                 .enumerate()
-                .map(|(i, w)| Watch::new(WatchId(i), main, w))
+                .map(|(i, w)| Watch::new(WatchId(i), ServiceId(w.service), w))
                 .collect(),
             names: watches.iter().map(|w| w.name.clone()).collect(),
             main,
@@ -580,22 +580,64 @@ impl Core {
         else {
             return;
         };
+        // A service stops once every service after it is gone: in reverse
+        // order of `after`, unrelated ones together.
         for i in 0..self.services.len() {
-            self.tell_service(ServiceId(i), service::Input::Stop, now);
+            let id = ServiceId(i);
+            let dependents_gone = self
+                .services
+                .iter()
+                .filter(|s| s.cfg.after.contains(&id))
+                .all(Service::gone);
+            if dependents_gone {
+                self.tell_service(id, service::Input::Stop, now);
+            }
         }
         if self.services.iter().all(Service::gone) {
             self.drain(status.unwrap_or(fallback));
         }
     }
 
-    /// Service `id` is gone for good with `status`: the exit policy.
+    /// Service `id` is gone for good with `status`: the exit policy. The
+    /// main service, or a required one, ends the container with its status;
+    /// another is logged, and the container goes on.
     fn ended(&mut self, id: ServiceId, status: ExitStatus, now: Now) {
         if !matches!(self.phase, Phase::Running) {
             return;
         }
-        if id == self.main {
+        let s = &self.services[id.0];
+        let several = self.services.len() > 1;
+        if id == self.main || s.cfg.required {
+            if several {
+                let what = if id == self.main {
+                    "the main service"
+                } else {
+                    "a required service"
+                };
+                tracing::warn!(
+                    service = s.cfg.name,
+                    "{what} ended ({status}): stopping the others; tend exits with {}",
+                    status.code()
+                );
+            }
             self.stop(None, Some(status), status, now);
+        } else {
+            tracing::warn!(
+                service = s.cfg.name,
+                "service {:?} ended ({status}); it is not required (required = false): the \
+                 container goes on without it",
+                s.cfg.name
+            );
         }
+    }
+
+    /// Whether what service `id` is `after` lets it start: each is ready (a
+    /// oneshot: it exited 0), or ended for good while not required.
+    fn after_ready(&self, id: ServiceId) -> bool {
+        self.services[id.0].cfg.after.iter().all(|d| {
+            let dep = &self.services[d.0];
+            dep.ready() || (!dep.cfg.required && dep.ended().is_some())
+        })
     }
 
     /// Every service is gone (or never started): stop what is left and exit
@@ -976,7 +1018,10 @@ impl Core {
                 let id = ServiceId(i);
                 let mine = self.watches_of(id);
                 match self.services[i].stage() {
-                    Stage::Down { .. } if mine.iter().all(|w| self.watches[w.0].startable()) => {
+                    Stage::Down { .. }
+                        if self.after_ready(id)
+                            && mine.iter().all(|w| self.watches[w.0].startable()) =>
+                    {
                         self.tell_service(id, service::Input::Start, now);
                     }
                     Stage::Running { .. }
@@ -1029,7 +1074,7 @@ impl Core {
         for (_, users) in &batch.execs {
             done.retain(|i| !users.contains(i));
         }
-        let confirm = self.services[id.0].cfg.gated() && !batch.signals.is_empty();
+        let confirm = self.services[id.0].cfg.confirms_reloads() && !batch.signals.is_empty();
         let signalled: Vec<WatchId> = done
             .iter()
             .copied()
@@ -1091,7 +1136,15 @@ impl Core {
     /// What the status file should say now. Logs readiness changes.
     pub fn status(&mut self) -> Status {
         let main = &self.services[self.main.0];
-        let ready = main.ready()
+        // Every required service (and the main one) must be ready; one not
+        // ready yet, or no more, says whether tend is starting.
+        let waiting_for = self
+            .services
+            .iter()
+            .enumerate()
+            .find(|(i, s)| (s.cfg.required || *i == self.main.0) && !s.ready())
+            .map(|(_, s)| s);
+        let ready = waiting_for.is_none()
             && self
                 .watches
                 .iter()
@@ -1107,6 +1160,10 @@ impl Core {
             (_, Stage::Down { first: true }) => State::Starting,
             (_, Stage::Running { ready: false }) if main.restarts() == 0 => State::Starting,
             (_, Stage::Running { ready: false } | Stage::Failing) => State::Restarting,
+            _ if waiting_for.is_some_and(|s| s.restarts() == 0 && s.last_exit().is_none()) => {
+                State::Starting
+            }
+            _ if waiting_for.is_some() => State::Restarting,
             _ if ready && !busy => State::Ready,
             _ => State::Reloading,
         };
@@ -1143,7 +1200,21 @@ impl Core {
                 status: main.status_text(),
                 instances: main.instance_statuses(),
             },
-            watches: self.watches.iter().map(Watch::status).collect(),
+            services: self
+                .services
+                .iter()
+                .enumerate()
+                .map(|(i, s)| service_entry(s, i == self.main.0))
+                .collect(),
+            watches: self
+                .watches
+                .iter()
+                .map(|w| {
+                    let mut status = w.status();
+                    status.service = self.services[w.service.0].cfg.name.clone();
+                    status
+                })
+                .collect(),
             updated_at: String::new(),
         }
     }
@@ -1169,6 +1240,32 @@ impl Core {
             .map(|&id| self.watches[id.0].name())
             .collect::<Vec<_>>()
             .join(", ")
+    }
+}
+
+/// Service `s` as the status file lists it.
+fn service_entry(s: &Service, main: bool) -> status::ServiceEntry {
+    let state = match s.stage() {
+        Stage::Down { .. } => "waiting",
+        Stage::BackingOff => "backing_off",
+        Stage::Running { ready: false } => "starting",
+        Stage::Running { ready: true } => "running",
+        Stage::Overlapping | Stage::Restarting => "restarting",
+        Stage::Failing => "failing",
+        Stage::Stopping => "stopping",
+        Stage::Done => "done",
+        Stage::Ended(_) => "ended",
+    };
+    status::ServiceEntry {
+        name: s.cfg.name.clone(),
+        state: state.to_string(),
+        pid: s.serving_pid().map(Pid::as_raw),
+        ready: s.ready(),
+        restarts: s.restarts(),
+        main,
+        required: s.cfg.required || main,
+        last_exit: s.last_exit().map(|e| e.to_string()),
+        last_exit_code: s.last_exit().map(ExitStatus::code),
     }
 }
 

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use crate::config::Restart;
+use crate::config::{Config, Restart, RestartMode};
 use crate::core::protocol::{ExitStatus, Notification, ServiceId, SpawnFailure, WatchId};
 use crate::core::status::{InstanceStatus, WatchResult};
 
@@ -57,13 +57,51 @@ pub struct Settings {
     pub ready_timeout: Duration,
     /// `restart_mode = "overlap"`: a restart starts the new instance first.
     pub overlap: bool,
+    /// Services that must be ready before this one starts.
+    pub after: Vec<ServiceId>,
+    /// Runs once to completion: exit 0 counts as ready and done.
+    pub oneshot: bool,
+    /// Its end for good ends the container.
+    pub required: bool,
+    /// With notify: a signal reload is applied only at RELOADING=1 then
+    /// READY=1 (Type=notify-reload), not once the signal is sent.
+    pub reload_notify: bool,
 }
 
 impl Settings {
+    /// Service `i` of `config`, named `name`, running `argv` (its command,
+    /// or the one given after `--`).
+    pub fn from_config(config: &Config, i: usize, name: String, argv: Vec<String>) -> Settings {
+        let s = &config.services[i];
+        Settings {
+            name,
+            argv,
+            stop_signal: s.stop_signal,
+            stop_timeout: s.stop_timeout,
+            restart: s.restart,
+            process_group: s.process_group,
+            notify: s.notify,
+            ready_check: s.ready_check.clone(),
+            ready_timeout: s.ready_timeout,
+            overlap: s.restart_mode == RestartMode::Overlap,
+            after: s.after.iter().map(|&j| ServiceId(j)).collect(),
+            oneshot: s.oneshot,
+            required: s.required,
+            reload_notify: s.reload_notify,
+        }
+    }
+
     /// Whether an instance must say it is ready, rather than being ready as
     /// soon as it runs.
     pub fn gated(&self) -> bool {
         self.notify || self.ready_check.is_some()
+    }
+
+    /// Whether a signal reload is applied only once the service confirms
+    /// it: with ready_check (it passes again), or with notify and
+    /// `reload_notify` (RELOADING=1 then READY=1).
+    pub fn confirms_reloads(&self) -> bool {
+        self.ready_check.is_some() || (self.notify && self.reload_notify)
     }
 }
 
@@ -88,6 +126,8 @@ enum State {
         kill: Kill,
         then: Then,
     },
+    /// A oneshot that exited 0: ready, and done.
+    Done,
     /// Gone for good: its restart policy is done with it, or tend stopped it.
     Ended(ExitStatus),
 }
@@ -143,11 +183,17 @@ struct Instance {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Readiness {
-    /// Not ready yet: its start has failed if it is not ready by then.
+    /// Not ready yet: its start has failed if it is not ready by then (a
+    /// oneshot has no such time: it may take long).
     Pending {
-        by: Instant,
+        by: Option<Instant>,
     },
     Ready,
+    /// It said RELOADING=1 on its own account: not ready until READY=1,
+    /// which must come by then.
+    Reloading {
+        by: Instant,
+    },
     /// It said STOPPING=1.
     Unready,
 }
@@ -272,6 +318,8 @@ pub enum Stage {
     Failing,
     /// tend stops it.
     Stopping,
+    /// A oneshot that finished.
+    Done,
     /// Gone for good, with this status.
     Ended(ExitStatus),
 }
@@ -287,6 +335,8 @@ pub struct Service {
     /// Starts after the first.
     restarts: u32,
     backoff: Duration,
+    /// How its last instance ended.
+    last_exit: Option<ExitStatus>,
 }
 
 impl Service {
@@ -300,7 +350,13 @@ impl Service {
             started_once: false,
             restarts: 0,
             backoff: BACKOFF_INITIAL,
+            last_exit: None,
         }
+    }
+
+    /// How its last instance ended, if one did.
+    pub fn last_exit(&self) -> Option<ExitStatus> {
+        self.last_exit
     }
 
     pub fn restarts(&self) -> u32 {
@@ -349,9 +405,11 @@ impl Service {
                 let new = Instance {
                     pid,
                     since: now,
-                    readiness: if gated {
+                    readiness: if self.cfg.oneshot {
+                        Readiness::Pending { by: None }
+                    } else if gated {
                         Readiness::Pending {
-                            by: now + self.cfg.ready_timeout,
+                            by: Some(now + self.cfg.ready_timeout),
                         }
                     } else {
                         Readiness::Ready
@@ -419,6 +477,7 @@ impl Service {
             return;
         }
         let now = cx.now;
+        self.last_exit = Some(status);
         match std::mem::replace(&mut self.state, State::Down) {
             State::Stopping { inst, then, .. } if inst.pid == pid => match then {
                 Then::Restart => {
@@ -444,6 +503,15 @@ impl Service {
                     self.after_unplanned_exit(status, true, uptime, Some(pid), cx);
                 }
             },
+            State::Running(inst) if inst.pid == pid && self.cfg.oneshot && status.success() => {
+                let took = now.saturating_duration_since(inst.since);
+                tracing::info!(
+                    service = self.cfg.name,
+                    pid = pid.as_raw(),
+                    "oneshot finished after {took:.1?}: {status}"
+                );
+                self.state = State::Done;
+            }
             State::Running(inst) if inst.pid == pid => {
                 cx.out.push(Output::Exited {
                     why: format!("the service exited while the change was verified ({status})"),
@@ -536,6 +604,7 @@ impl Service {
     // ------------------------------------------------------------ readiness
 
     fn on_notify(&mut self, pid: Pid, message: Notification, cx: &mut Cx<'_>) {
+        let ready_timeout = self.cfg.ready_timeout;
         let Some(inst) = self.current_mut(pid) else {
             return;
         };
@@ -543,11 +612,25 @@ impl Service {
             tracing::debug!(pid = pid.as_raw(), status = text, "service status");
             inst.status = Some(text);
         }
-        if message.reloading
-            && let Some(r) = &mut inst.reload
-        {
-            tracing::debug!(pid = pid.as_raw(), "the service is reloading (RELOADING=1)");
-            r.seen_reloading = true;
+        if message.reloading {
+            match &mut inst.reload {
+                Some(r) => {
+                    tracing::debug!(pid = pid.as_raw(), "the service is reloading (RELOADING=1)");
+                    r.seen_reloading = true;
+                }
+                // Type=notify: a reload the service announces takes it out
+                // of readiness until its READY=1.
+                None if inst.readiness == Readiness::Ready && !message.ready => {
+                    tracing::info!(
+                        pid = pid.as_raw(),
+                        "the service is reloading (RELOADING=1): not ready until it sends READY=1"
+                    );
+                    inst.readiness = Readiness::Reloading {
+                        by: cx.now + ready_timeout,
+                    };
+                }
+                None => {}
+            }
         }
         if message.stopping {
             tracing::info!(
@@ -588,7 +671,14 @@ impl Service {
         }
         match &mut self.state {
             State::Running(i) if i.pid == pid && i.readiness != Readiness::Ready => {
-                tracing::info!(pid = pid.as_raw(), "the service is ready");
+                if matches!(i.readiness, Readiness::Reloading { .. }) {
+                    tracing::info!(
+                        pid = pid.as_raw(),
+                        "the service finished its reload (READY=1)"
+                    );
+                } else {
+                    tracing::info!(pid = pid.as_raw(), "the service is ready");
+                }
                 i.readiness = Readiness::Ready;
                 i.probe = Probe::Off;
             }
@@ -823,12 +913,19 @@ impl Service {
                         ok: false,
                     });
                 }
-                if let Readiness::Pending { by } = inst.readiness
-                    && now >= by
-                {
+                let overdue = match inst.readiness {
+                    Readiness::Pending { by: Some(by) } if now >= by => {
+                        Some("the service did not become ready within")
+                    }
+                    Readiness::Reloading { by } if now >= by => {
+                        Some("the service sent RELOADING=1 but no READY=1 within")
+                    }
+                    _ => None,
+                };
+                if let Some(what) = overdue {
                     tracing::error!(
                         pid = inst.pid.as_raw(),
-                        "the service did not become ready within {ready_timeout:?}: stopping it"
+                        "{what} {ready_timeout:?}: stopping it"
                     );
                     let State::Running(mut inst) = std::mem::replace(&mut self.state, State::Down)
                     else {
@@ -843,7 +940,7 @@ impl Service {
                     };
                 }
             }
-            State::Overlapping { new, .. } if matches!(new.readiness, Readiness::Pending { by } if now >= by) =>
+            State::Overlapping { new, .. } if matches!(new.readiness, Readiness::Pending { by: Some(by) } if now >= by) =>
             {
                 let State::Overlapping { old, new } =
                     std::mem::replace(&mut self.state, State::Down)
@@ -904,13 +1001,16 @@ impl Service {
         match &self.state {
             State::Stopping { kill, .. } => at.extend(kill.deadline()),
             State::Running(i) => {
-                if let Readiness::Pending { by } = i.readiness {
-                    at.push(by);
+                match i.readiness {
+                    Readiness::Pending { by: Some(by) } | Readiness::Reloading { by } => {
+                        at.push(by)
+                    }
+                    _ => {}
                 }
                 at.extend(i.reload.as_ref().map(|r| r.by));
             }
             State::Overlapping { new, .. } => {
-                if let Readiness::Pending { by } = new.readiness {
+                if let Readiness::Pending { by: Some(by) } = new.readiness {
                     at.push(by);
                 }
             }
@@ -975,17 +1075,26 @@ impl Service {
             && !self.spawning
             && matches!(
                 self.state,
-                State::Down | State::BackingOff { .. } | State::Ended(_)
+                State::Down | State::BackingOff { .. } | State::Done | State::Ended(_)
             )
     }
 
-    /// Whether its serving instance is ready.
+    /// Whether its serving instance is ready (a oneshot: it exited 0).
     pub fn ready(&self) -> bool {
         match &self.state {
             State::Running(i) | State::Overlapping { old: i, .. } => {
                 i.readiness == Readiness::Ready
             }
+            State::Done => true,
             _ => false,
+        }
+    }
+
+    /// Its status once it ended for good.
+    pub fn ended(&self) -> Option<ExitStatus> {
+        match self.state {
+            State::Ended(status) => Some(status),
+            _ => None,
         }
     }
 
@@ -1004,6 +1113,7 @@ impl Service {
                 Then::NotReady => Stage::Failing,
                 Then::End => Stage::Stopping,
             },
+            State::Done => Stage::Done,
             State::Ended(status) => Stage::Ended(*status),
         }
     }

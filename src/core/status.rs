@@ -71,7 +71,11 @@ impl WatchResult {
 pub struct Status {
     pub state: State,
     pub ready: bool,
+    /// The main service.
     pub service: ServiceStatus,
+    /// Every service, the main one too.
+    #[serde(default)]
+    pub services: Vec<ServiceEntry>,
     pub watches: Vec<WatchStatus>,
     #[serde(default)]
     pub updated_at: String,
@@ -101,10 +105,31 @@ pub struct InstanceStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WatchStatus {
     pub name: String,
+    /// The service its action touches.
+    #[serde(default)]
+    pub service: String,
     pub result: WatchResult,
     pub check_output: String,
     pub changed_at: Option<String>,
     /// A valid change waits for its `splay` until then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action_at: Option<String>,
+}
+
+/// One service, as the status file's `services` lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServiceEntry {
+    pub name: String,
+    /// waiting | starting | running | restarting | backing_off | failing |
+    /// stopping | done | ended
+    pub state: String,
+    pub pid: Option<i32>,
+    pub ready: bool,
+    pub restarts: u32,
+    pub main: bool,
+    pub required: bool,
+    /// How its last process ended ("exit code 3", "killed by SIGKILL").
+    pub last_exit: Option<String>,
+    /// The same as tend would exit with: the code, or 128 + the signal.
+    pub last_exit_code: Option<i32>,
 }

@@ -19,6 +19,7 @@ const KILL: i32 = Signal::SIGKILL as i32;
 /// What tests set besides the config.
 struct Knobs {
     notify: bool,
+    reload_notify: bool,
     ready_check: Option<Vec<String>>,
     ready_timeout: Duration,
     overlap: bool,
@@ -51,29 +52,45 @@ impl Fake {
 
     fn custom(toml: &str, pid1: bool, tweak: impl FnOnce(&mut Knobs)) -> Fake {
         let config = Config::parse(toml).unwrap();
+        let main = config.service();
         let mut k = Knobs {
-            notify: false,
-            ready_check: None,
-            ready_timeout: Duration::from_secs(30),
-            overlap: false,
+            notify: main.notify,
+            reload_notify: main.reload_notify,
+            ready_check: main.ready_check.clone(),
+            ready_timeout: main.ready_timeout,
+            overlap: main.restart_mode == crate::config::RestartMode::Overlap,
             ready_when_invalid: false,
             seed: 1,
         };
         tweak(&mut k);
+        let services = (0..config.services.len())
+            .map(|i| {
+                let mut s = if i == config.main {
+                    let name = config.services[i].name.clone().unwrap_or(SVC.into());
+                    let argv = config.services[i].command.clone();
+                    service::Settings::from_config(
+                        &config,
+                        i,
+                        name,
+                        argv.unwrap_or(vec![SVC.into()]),
+                    )
+                } else {
+                    let argv = config.services[i].command.clone().unwrap();
+                    service::Settings::from_config(&config, i, config.service_name(i, None), argv)
+                };
+                if i == config.main {
+                    s.notify = k.notify;
+                    s.reload_notify = k.reload_notify;
+                    s.ready_check = k.ready_check.clone();
+                    s.ready_timeout = k.ready_timeout;
+                    s.overlap = k.overlap;
+                }
+                s
+            })
+            .collect();
         let settings = Settings {
-            services: vec![service::Settings {
-                name: SVC.into(),
-                argv: vec![SVC.into()],
-                stop_signal: config.service.stop_signal,
-                stop_timeout: config.service.stop_timeout,
-                restart: config.service.restart,
-                process_group: config.service.process_group,
-                notify: k.notify,
-                ready_check: k.ready_check,
-                ready_timeout: k.ready_timeout,
-                overlap: k.overlap,
-            }],
-            main: ServiceId(0),
+            services,
+            main: ServiceId(config.main),
             pid1,
             readiness_files: true,
             ready_when_invalid: k.ready_when_invalid,
@@ -218,7 +235,7 @@ impl Fake {
         self.spawned
             .iter()
             .rev()
-            .find(|(_, argv, k)| *k == SpawnKind::Job(ServiceId(0)) && argv[0] == program)
+            .find(|(_, argv, k)| matches!(k, SpawnKind::Job(_)) && argv[0] == program)
             .map(|(p, _, _)| *p)
             .unwrap_or_else(|| panic!("no job {program:?} was started"))
     }
@@ -226,7 +243,7 @@ impl Fake {
     fn jobs(&self, program: &str) -> usize {
         self.spawned
             .iter()
-            .filter(|(_, argv, k)| *k == SpawnKind::Job(ServiceId(0)) && argv[0] == program)
+            .filter(|(_, argv, k)| matches!(k, SpawnKind::Job(_)) && argv[0] == program)
             .count()
     }
 
@@ -984,8 +1001,47 @@ fn a_start_not_ready_within_ready_timeout_has_failed() {
 }
 
 #[test]
-fn a_signal_reload_with_notify_is_applied_once_the_service_confirms_it() {
+fn with_notify_a_signal_reload_is_applied_once_the_signal_is_sent() {
+    // systemd's Type=notify: php-fpm answers SIGUSR2 with READY=1 only,
+    // gunicorn answers SIGHUP with nothing.
     let mut f = notifying(SIGNAL, false);
+    let svc = f.service();
+    let c = f.content(0, 1);
+    assert_eq!(signalled(&c, svc), vec![Signal::SIGHUP as i32]);
+    assert_eq!(f.result(0), WatchResult::Applied);
+    assert_eq!(f.state(), (State::Ready, true));
+    assert_eq!(f.core.deadline(), None, "nothing to wait for");
+    notify(&mut f, svc, "READY=1");
+    assert_eq!(f.state(), (State::Ready, true));
+}
+
+#[test]
+fn a_reload_the_service_announces_takes_readiness_off_until_its_ready_1() {
+    let mut f = notifying(SIGNAL, false);
+    let svc = f.service();
+    f.content(0, 1);
+    notify(&mut f, svc, "RELOADING=1");
+    assert!(!f.state().1, "not ready while it reloads");
+    assert_eq!(f.result(0), WatchResult::Applied, "the change was applied");
+    notify(&mut f, svc, "READY=1");
+    assert_eq!(f.state(), (State::Ready, true));
+    // Announced on its own account, and never finished: the instance has
+    // failed, as a start that never becomes ready has.
+    notify(&mut f, svc, "RELOADING=1");
+    assert_eq!(
+        f.core.deadline(),
+        Some(f.now().mono + Duration::from_secs(5))
+    );
+    let c = f.at_deadline();
+    assert_eq!(signalled(&c, svc), vec![TERM, Signal::SIGCONT as i32]);
+}
+
+#[test]
+fn with_reload_notify_a_signal_reload_is_applied_once_the_service_confirms_it() {
+    let mut f = notifying(
+        &format!("[service]\nnotify = true\nreload_notify = true\n{SIGNAL}"),
+        false,
+    );
     let svc = f.service();
     let c = f.content(0, 1);
     assert_eq!(signalled(&c, svc), vec![Signal::SIGHUP as i32]);
@@ -2557,3 +2613,5 @@ fn without_watches_there_is_no_reload_to_report() {
     assert!(!page.contains("reloader_"), "{page}");
     assert!(page.contains("\ntend_ready "), "{page}");
 }
+
+mod services;

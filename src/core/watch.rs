@@ -1387,6 +1387,7 @@ impl Watch {
     pub fn status(&self) -> WatchStatus {
         WatchStatus {
             name: self.cfg.name.clone(),
+            service: String::new(),
             result: self.result,
             check_output: self.output.clone(),
             changed_at: self.changed_at.map(crate::time::rfc3339_millis),

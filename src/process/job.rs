@@ -48,6 +48,8 @@ impl Job {
             output: Output::Pipe(write),
             sockets: None,
             extra_env,
+            stdin_null: false,
+            user: None,
         })?;
         Ok(Job {
             pid,

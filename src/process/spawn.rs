@@ -53,6 +53,11 @@ pub struct Spec<'a> {
     pub sockets: Option<&'a Held>,
     /// Set after `env`, overriding it (`NOTIFY_SOCKET`).
     pub extra_env: &'a [(String, String)],
+    /// With [`Output::Inherit`]: stdin is /dev/null (or at end of file)
+    /// instead of tend's (a service other than the main one).
+    pub stdin_null: bool,
+    /// Run as this user: its groups, gid and uid are set after fork.
+    pub user: Option<&'a crate::users::Account>,
 }
 
 /// Where the child's stdio goes.
@@ -149,6 +154,9 @@ pub fn spawn(spec: Spec<'_>) -> Result<Pid, SpawnError> {
     if let Some(dir) = spec.working_dir {
         cmd.current_dir(dir);
     }
+    if matches!(spec.output, Output::Inherit) && spec.stdin_null {
+        cmd.stdin(null_input().map_err(other)?);
+    }
     if let Output::Pipe(fd) = spec.output {
         let dup = fd.try_clone().map_err(other)?;
         // An empty pipe rather than Stdio::null(): /dev/null may not exist
@@ -171,6 +179,7 @@ pub fn spawn(spec: Spec<'_>) -> Result<Pid, SpawnError> {
         })?;
     let report_fd = report_in_child.as_raw_fd();
     let take_terminal = spec.take_terminal;
+    let user = spec.user.map(|a| (a.uid, a.gid, a.groups.clone()));
     // SAFETY: SIGRTMIN is a plain read of a libc constant, done before fork.
     let first_realtime = libc::SIGRTMIN();
     // SAFETY: the hook only calls async-signal-safe functions (tcsetpgrp,
@@ -196,6 +205,19 @@ pub fn spawn(spec: Spec<'_>) -> Result<Pid, SpawnError> {
             }
             if let Err((step, e)) = reset_signal_state(first_realtime) {
                 return failed(step, e);
+            }
+            if let Some((uid, gid, groups)) = &user {
+                // Groups first, the uid last: after setuid, nothing else
+                // may be changed.
+                if libc::setgroups(groups.len(), groups.as_ptr()) != 0 {
+                    return failed(Step::Setgroups, Errno::last());
+                }
+                if libc::setgid(*gid) != 0 {
+                    return failed(Step::Setgid(*gid), Errno::last());
+                }
+                if libc::setuid(*uid) != 0 {
+                    return failed(Step::Setuid(*uid), Errno::last());
+                }
             }
             let Some(exec) = exec.as_mut() else {
                 return Ok(());
@@ -249,6 +271,9 @@ enum Step {
     Sigprocmask,
     /// Clearing close-on-exec on a listening socket's fd.
     KeepSocket(i32),
+    Setgroups,
+    Setgid(u32),
+    Setuid(u32),
 }
 
 impl Step {
@@ -257,13 +282,18 @@ impl Step {
     fn encode(self) -> [u8; 3] {
         let [lo, hi] = match self {
             Step::RtSigaction(n) | Step::KeepSocket(n) => (n as u16).to_le_bytes(),
-            Step::Tcsetpgrp | Step::Sigprocmask => [0, 0],
+            // Ids above 65535 are reported as 65535: the call is what matters.
+            Step::Setgid(n) | Step::Setuid(n) => (n.min(0xffff) as u16).to_le_bytes(),
+            Step::Tcsetpgrp | Step::Sigprocmask | Step::Setgroups => [0, 0],
         };
         let call = match self {
             Step::Tcsetpgrp => 1,
             Step::RtSigaction(_) => 2,
             Step::Sigprocmask => 3,
             Step::KeepSocket(_) => 4,
+            Step::Setgroups => 5,
+            Step::Setgid(_) => 6,
+            Step::Setuid(_) => 7,
         };
         [call, lo, hi]
     }
@@ -275,6 +305,9 @@ impl Step {
             2 => Some(Step::RtSigaction(n)),
             3 => Some(Step::Sigprocmask),
             4 => Some(Step::KeepSocket(n)),
+            5 => Some(Step::Setgroups),
+            6 => Some(Step::Setgid(n as u32)),
+            7 => Some(Step::Setuid(n as u32)),
             _ => None,
         }
     }
@@ -305,6 +338,9 @@ impl std::fmt::Display for Step {
             }
             Step::Sigprocmask => f.write_str("sigprocmask(SIG_SETMASK, empty)"),
             Step::KeepSocket(fd) => write!(f, "fcntl({fd}, F_SETFD, 0) for a listening socket"),
+            Step::Setgroups => f.write_str("setgroups() for the service's user"),
+            Step::Setgid(gid) => write!(f, "setgid({gid}) for the service's user"),
+            Step::Setuid(uid) => write!(f, "setuid({uid}) for the service's user"),
         }
     }
 }
@@ -492,6 +528,18 @@ fn reset_signal_state(first_realtime: i32) -> Result<(), (Step, Errno)> {
     Errno::result(ret)
         .map(drop)
         .map_err(|e| (Step::Sigprocmask, e))
+}
+
+/// What a service other than the main one reads: /dev/null, or where a
+/// minimal root has none, a pipe at end of file.
+fn null_input() -> io::Result<Stdio> {
+    match std::fs::File::open("/dev/null") {
+        Ok(f) => Ok(Stdio::from(f)),
+        Err(_) => {
+            let (read, _closed_at_once) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+            Ok(Stdio::from(read))
+        }
+    }
 }
 
 #[cfg(test)]
