@@ -461,6 +461,44 @@ impl Config {
         Ok((config, spans))
     }
 
+    /// The longest a stop can take, and the chain of services that takes
+    /// it: a service gets its stop signal once every service after it is
+    /// gone, each may use its whole stop_timeout, and as PID 1 tend then
+    /// gives what is left in the container the main service's stop_timeout
+    /// and 2 s more after SIGKILL.
+    pub fn stop_bound(&self) -> (Duration, Vec<usize>) {
+        // The longest chain that ends with service i (i stops last in it).
+        fn chain(
+            config: &Config,
+            i: usize,
+            memo: &mut Vec<Option<(Duration, Vec<usize>)>>,
+        ) -> (Duration, Vec<usize>) {
+            if let Some(c) = &memo[i] {
+                return c.clone();
+            }
+            let mut best = (Duration::ZERO, Vec::new());
+            for (j, s) in config.services.iter().enumerate() {
+                if s.after.contains(&i) {
+                    let c = chain(config, j, memo);
+                    if c.0 > best.0 {
+                        best = c;
+                    }
+                }
+            }
+            best.0 += config.services[i].stop_timeout;
+            best.1.push(i);
+            memo[i] = Some(best.clone());
+            best
+        }
+        let mut memo = vec![None; self.services.len()];
+        let longest = (0..self.services.len())
+            .map(|i| chain(self, i, &mut memo))
+            .max_by_key(|c| c.0)
+            .unwrap_or_default();
+        let leftovers = self.service().stop_timeout + Duration::from_secs(2);
+        (longest.0 + leftovers, longest.1)
+    }
+
     /// The main service.
     pub fn service(&self) -> &Service {
         &self.services[self.main]
@@ -1879,6 +1917,34 @@ on_change = "signal"
         assert!(e.contains("would run again after it succeeded"), "{e}");
         let e = err("[service]\nreload_notify = true\n");
         assert!(e.contains("`reload_notify` needs notify = true"), "{e}");
+    }
+
+    #[test]
+    fn a_stop_takes_at_most_the_longest_chain_of_stop_timeouts_then_the_leftovers() {
+        let c = Config::parse(
+            "[[service]]\nname = \"db\"\ncommand = [\"db\"]\nstop_timeout = \"20s\"\n\
+             [[service]]\nname = \"app\"\ncommand = [\"app\"]\nafter = [\"db\"]\nstop_timeout = \"5s\"\nmain = true\n\
+             [[service]]\nname = \"logs\"\ncommand = [\"logs\"]\nstop_timeout = \"30s\"\n",
+        )
+        .unwrap();
+        // app (5s), then db (20s) is 25s; logs (30s) stops alongside.
+        assert_eq!(c.stop_bound(), (Duration::from_secs(30 + 5 + 2), vec![2]));
+        let c = Config::parse(
+            "[[service]]\nname = \"db\"\ncommand = [\"db\"]\nstop_timeout = \"20s\"\n\
+             [[service]]\nname = \"app\"\ncommand = [\"app\"]\nafter = [\"db\"]\nstop_timeout = \"15s\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.stop_bound(),
+            (Duration::from_secs(15 + 20 + 20 + 2), vec![1, 0]),
+            "db is main"
+        );
+        let one = Config::parse("").unwrap();
+        assert_eq!(
+            one.stop_bound().0,
+            Duration::from_secs(22),
+            "2 x stop_timeout + 2s"
+        );
     }
 
     #[test]

@@ -233,10 +233,26 @@ fn check_config(path: Option<PathBuf>) -> Result<i32, Failure> {
     for w in warnings {
         cli::complain(format!("warning: {}: {w}", path.display()));
     }
+    let (bound, chain) = config.stop_bound();
+    let chain: Vec<String> = chain
+        .iter()
+        .map(|&i| {
+            format!(
+                "{} ({})",
+                config.service_name(i, None),
+                config::format_duration(config.services[i].stop_timeout)
+            )
+        })
+        .collect();
     cli::print(&format!(
-        "# {}: valid. With defaults filled in, it means:\n\n{}",
+        "# {}: valid. With defaults filled in, it means:\n\n{}\n\
+         # A stop (SIGTERM) takes at most {}: {}, then what is left in the container\n\
+         # (the main service's stop_timeout, and 2s after SIGKILL). In Kubernetes, set\n\
+         # terminationGracePeriodSeconds above it.\n",
         path.display(),
-        config.describe()
+        config.describe(),
+        config::format_duration(bound),
+        chain.join(", then ")
     ))
     .map_err(|e| Failure::Internal(anyhow::anyhow!("cannot write to stdout: {e}")))?;
     Ok(0)

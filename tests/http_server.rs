@@ -231,7 +231,11 @@ fn ready_agrees_with_tend_probe_and_metrics_follow_the_reloads() {
         .as_secs_f64();
     assert!((now - first_success).abs() < 60.0, "{first_success} {now}");
     assert_eq!(m["tend_ready"], 1.0);
-    assert_eq!(m["tend_service_restarts_total"], 0.0);
+    assert_eq!(
+        m[r#"tend_service_restarts_total{service="python3"}"#], 0.0,
+        "a single service is named after its program"
+    );
+    assert_eq!(m[r#"tend_service_ready{service="python3"}"#], 1.0);
     assert_eq!(m[r#"tend_watch_result{result="applied",watch="app"}"#], 1.0);
     assert_eq!(m[r#"tend_checks_total{result="passed",watch="app"}"#], 1.0);
     assert_eq!(m[r#"tend_check_duration_seconds_count{watch="app"}"#], 1.0);

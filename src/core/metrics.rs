@@ -188,9 +188,32 @@ impl Metrics {
             o,
             "tend_service_restarts_total",
             "counter",
-            "Starts of the service after the first.",
+            "Starts of each service after its first.",
         );
-        writeln!(o, "tend_service_restarts_total {}", status.service.restarts).unwrap();
+        for s in &status.services {
+            let service = label(&s.name);
+            writeln!(
+                o,
+                "tend_service_restarts_total{{service=\"{service}\"}} {}",
+                s.restarts
+            )
+            .unwrap();
+        }
+        family(
+            o,
+            "tend_service_ready",
+            "gauge",
+            "Whether each service is ready (a oneshot: it exited 0).",
+        );
+        for s in &status.services {
+            let service = label(&s.name);
+            writeln!(
+                o,
+                "tend_service_ready{{service=\"{service}\"}} {}",
+                u8::from(s.ready)
+            )
+            .unwrap();
+        }
         family(
             o,
             "tend_watch_result",

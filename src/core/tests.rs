@@ -2603,7 +2603,10 @@ fn a_failed_action_is_a_failed_reload_and_a_restart_counts_once() {
     let old = r.services()[0];
     r.exit(old, OK);
     assert_eq!(r.reloads(), (2, 0, true, Some(0)), "one reload, not two");
-    assert_eq!(sample(&r.page(), "tend_service_restarts_total"), "1");
+    assert_eq!(
+        sample(&r.page(), "tend_service_restarts_total{service=\"svc\"}"),
+        "1"
+    );
 }
 
 #[test]

@@ -2,7 +2,7 @@
 """The service that tend's integration tests run: it writes what happens to
 it into a log, one line per event, so a test can see what tend did.
 
-Lines (TAG is "service", "grandchild" or "daemon"):
+Lines (TAG is "service", or --tag, then "grandchild" or "daemon"):
     service env NAME=<value, with \\ and newlines escaped>   (or: service env NAME unset)
     TAG start pid=<pid> pgid=<pgid> t=<monotonic>[ config=<text>]
     TAG sig <NAME> t=<monotonic>[ config=<text of --config, or MISSING>]
@@ -16,6 +16,7 @@ import time
 
 p = argparse.ArgumentParser()
 p.add_argument("--log", required=True)
+p.add_argument("--tag", default="service", help="the first word of each log line (several services, one log)")
 p.add_argument("--config", help="file whose content is logged at start and on every signal")
 p.add_argument("--env", action="append", default=[], metavar="NAME",
                help="log this environment variable at start, before the start line (repeatable)")
@@ -30,7 +31,7 @@ p.add_argument("--grandchild", action="store_true", help="fork a logging child i
 p.add_argument("--daemon", choices=["term", "ignore-term"],
                help="leave a logging daemon that escaped the process group (setsid)")
 args = p.parse_args()
-tag = "service"
+tag = args.tag
 
 
 def log(line):
