@@ -304,6 +304,7 @@ impl Supervisor {
                     output: Output::Inherit,
                     sockets: Some(&self.sockets),
                     extra_env: &self.service_env,
+                    fds: spawn::Fds::Inherited,
                 })
             }
             SpawnKind::Job => Job::start(argv, &self.env, extra_env, self.working_dir.as_deref())
