@@ -204,6 +204,9 @@ pub enum Command {
     },
     /// `kill(pid, signo)`, or to the process group `pid` leads.
     Signal { pid: Pid, group: bool, signo: i32 },
+    /// SIGCONT as [`Command::Signal`] does, only if the process (or one of
+    /// its group) is stopped: the shell looks, the core cannot.
+    ContinueIfStopped { pid: Pid, group: bool },
     /// `kill(-1, signo)`: as PID 1, every process in the container.
     SignalEveryone(i32),
     /// Run one reaper pass now and report it as [`Event::Reaped`].
@@ -2142,8 +2145,8 @@ impl Core {
         self.stopping.push(inst);
     }
 
-    /// Begins a graceful stop: stop_signal, then SIGCONT in case the service
-    /// was stopped (a stopped process cannot act on its stop signal), and
+    /// Begins a graceful stop: stop_signal, then SIGCONT if the service is
+    /// stopped (a stopped process cannot act on its stop signal), and
     /// SIGKILL after stop_timeout.
     fn stop(&mut self, inst: &mut Instance, now: Now) {
         let sig = self.settings.stop_signal;
@@ -2154,7 +2157,10 @@ impl Core {
         );
         self.signal_service(inst.pid, sig as i32);
         if !matches!(sig, Signal::SIGCONT | Signal::SIGKILL) {
-            self.signal_service(inst.pid, Signal::SIGCONT as i32);
+            self.out.push(Command::ContinueIfStopped {
+                pid: inst.pid,
+                group: self.settings.process_group,
+            });
         }
         inst.stop = Some((now.mono + self.settings.stop_timeout, false));
     }

@@ -497,6 +497,21 @@ impl Drop for Tend {
     }
 }
 
+/// The state letter of `pid` (R, S, T, Z, ...), while it exists.
+pub fn process_state(pid: i32) -> Option<char> {
+    stat_fields(pid).map(|(state, _)| state)
+}
+
+/// State and parent pid from /proc/PID/stat.
+fn stat_fields(pid: i32) -> Option<(char, i32)> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
 /// A seccomp filter that makes one system call fail with `errno` whenever its
 /// argument number `arg` equals `value` (its low 32 bits), and allows
 /// everything else: what a container runtime's seccomp profile can do. It is
