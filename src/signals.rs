@@ -58,11 +58,28 @@ pub const FAULTS: [i32; 7] = [
     libc::SIGSYS,
 ];
 
-/// Signals tend ignores: SIGPIPE (a closed log pipe must not kill PID 1, and a
-/// write error says more than the signal), and SIGTTIN/SIGTTOU (tend is in the
-/// background once the service owns the terminal; it must not be stopped, nor
-/// forward the terminal's complaints about its own writes to the service).
+/// Signals whose disposition in tend is SIG_IGN, which a child must have
+/// reset. SIGPIPE: a write of tend's own to a pipe nobody reads (a closed
+/// log pipe) must not kill PID 1, and the write's error says more. It is
+/// blocked and read like the forwarded signals all the same, so one that
+/// another process sends reaches the service (see [`from_own_write`]).
+/// SIGTTIN and SIGTTOU: see [`NOT_FORWARDED`].
 pub const IGNORED: [i32; 3] = [libc::SIGPIPE, libc::SIGTTIN, libc::SIGTTOU];
+
+/// Signals tend neither reads nor forwards: SIGTTIN and SIGTTOU. tend is in
+/// the background once the service owns the terminal; it must not be
+/// stopped, nor forward the terminal's complaints about its own writes to
+/// the service.
+pub const NOT_FORWARDED: [i32; 2] = [libc::SIGTTIN, libc::SIGTTOU];
+
+/// Whether a signal record is the SIGPIPE of a write of tend's own: the
+/// kernel raises it on the writing thread as SI_USER with tend's own pid as
+/// the sender (on a thread other than the one that reads the signalfd it
+/// stays pending there, blocked and harmless). Any other sender's SIGPIPE
+/// is forwarded.
+pub fn from_own_write(signo: i32, code: i32, from: u32) -> bool {
+    signo == libc::SIGPIPE && code == libc::SI_USER && from == std::process::id()
+}
 
 /// What tend does with a signal it received.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,7 +105,7 @@ pub fn role(signo: i32, ssi_code: i32) -> Role {
         libc::SIGINT => Role::Interrupt,
         libc::SIGCHLD => Role::Child,
         libc::SIGKILL | libc::SIGSTOP => Role::Ignore,
-        _ if IGNORED.contains(&signo) => Role::Ignore,
+        _ if NOT_FORWARDED.contains(&signo) => Role::Ignore,
         // A real fault of tend is forced on it by the kernel and never reaches
         // the signalfd; one that does (a memory error reported ahead of time,
         // BUS_MCEERR_AO) concerns tend, not the service.
@@ -110,7 +127,7 @@ fn realtime() -> std::ops::RangeInclusive<i32> {
 fn handled_numbers() -> impl Iterator<Item = i32> {
     (1..=31)
         .chain(realtime())
-        .filter(|s| ![libc::SIGKILL, libc::SIGSTOP].contains(s) && !IGNORED.contains(s))
+        .filter(|s| ![libc::SIGKILL, libc::SIGSTOP].contains(s) && !NOT_FORWARDED.contains(s))
 }
 
 /// The set tend blocks and reads from its signalfd, realtime signals included
@@ -268,6 +285,7 @@ mod tests {
             libc::SIGWINCH,
             libc::SIGCONT,
             libc::SIGALRM,
+            libc::SIGPIPE,
             libc::SIGTSTP,
             libc::SIGURG,
             libc::SIGPWR,
@@ -318,7 +336,6 @@ mod tests {
         for signo in [
             libc::SIGKILL,
             libc::SIGSTOP,
-            libc::SIGPIPE,
             libc::SIGTTIN,
             libc::SIGTTOU,
             32,
@@ -331,20 +348,61 @@ mod tests {
     }
 
     #[test]
-    fn the_handled_set_holds_faults_and_realtime_signals_but_not_the_ignored() {
+    fn the_handled_set_holds_faults_realtime_signals_and_sigpipe_but_not_ttin_and_ttou() {
         let set = handled();
         let raw = set.as_ref();
         let has = |s| unsafe { libc::sigismember(raw, s) } == 1;
         for s in FAULTS
             .into_iter()
             .chain([libc::SIGTERM, libc::SIGCHLD, libc::SIGINT, libc::SIGHUP])
+            .chain([libc::SIGPIPE])
             .chain(libc::SIGRTMIN()..=libc::SIGRTMAX())
         {
             assert!(has(s), "{} should be handled", describe(s));
         }
-        for s in IGNORED.into_iter().chain([libc::SIGKILL, libc::SIGSTOP]) {
+        for s in NOT_FORWARDED
+            .into_iter()
+            .chain([libc::SIGKILL, libc::SIGSTOP])
+        {
             assert!(!has(s), "{} should not be handled", describe(s));
         }
+    }
+
+    #[test]
+    fn only_a_sigpipe_of_tends_own_write_is_told_apart() {
+        let own = std::process::id();
+        assert!(from_own_write(libc::SIGPIPE, libc::SI_USER, own));
+        // Another sender, one outside tend's PID namespace (0), or a
+        // queued signal claiming tend's pid: forwarded.
+        assert!(!from_own_write(libc::SIGPIPE, libc::SI_USER, own + 1));
+        assert!(!from_own_write(libc::SIGPIPE, libc::SI_USER, 0));
+        assert!(!from_own_write(libc::SIGPIPE, libc::SI_QUEUE, own));
+        assert!(!from_own_write(libc::SIGHUP, libc::SI_USER, own));
+    }
+
+    /// The kernel's record of a write to a pipe whose reader is gone, read
+    /// back from a signalfd on the writing thread.
+    #[test]
+    fn a_write_to_a_closed_pipe_raises_a_sigpipe_of_tends_own() {
+        use nix::sys::signalfd::{SfdFlags, SignalFd};
+        std::thread::spawn(|| {
+            let mut only = SigSet::empty();
+            only.add(Signal::SIGPIPE);
+            only.thread_block().unwrap();
+            let sfd = SignalFd::with_flags(&only, SfdFlags::SFD_NONBLOCK).unwrap();
+            let (read, write) = nix::unistd::pipe().unwrap();
+            drop(read);
+            assert_eq!(nix::unistd::write(&write, b"x"), Err(Errno::EPIPE));
+            let info = sfd.read_signal().unwrap().expect("a pending SIGPIPE");
+            assert_eq!(info.ssi_signo as i32, libc::SIGPIPE);
+            assert!(from_own_write(
+                info.ssi_signo as i32,
+                info.ssi_code,
+                info.ssi_pid
+            ));
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

@@ -319,6 +319,12 @@ impl Supervisor {
                     send(pid, group, signo);
                     None
                 }
+                Command::ContinueIfStopped { pid, group } => {
+                    if stopped(pid, group) {
+                        send(pid, group, libc::SIGCONT);
+                    }
+                    None
+                }
                 Command::SignalEveryone(signo) => {
                     // kill(-1): every process in the PID namespace but tend.
                     // SAFETY: kill has no memory effects.
@@ -360,6 +366,7 @@ impl Supervisor {
                     extra_env: &launch.extra_env,
                     stdin_null: !launch.main,
                     user: launch.user.as_ref(),
+                    fds: spawn::Fds::Inherited,
                 })
             }
             SpawnKind::Job(id) => {
@@ -553,13 +560,9 @@ impl Supervisor {
             -1 if Errno::last() == Errno::EINTR => {}
             -1 => return Err(Errno::last()).context("sigwaitinfo() failed"),
             libc::SIGCHLD => events.push_back(self.reap()),
-            signo => events.push_back(Event::Signal {
-                signo,
-                // SAFETY: si_pid reads the union as the kill() record, as
-                // the signalfd's ssi_pid does for every signal.
-                from: unsafe { info.si_pid() } as u32,
-                code: info.si_code,
-            }),
+            // SAFETY: si_pid reads the union as the kill() record, as the
+            // signalfd's ssi_pid does for every signal.
+            signo => received(signo, info.si_code, unsafe { info.si_pid() } as u32, events),
         }
         Ok(())
     }
@@ -578,11 +581,7 @@ impl Supervisor {
                         if signo == libc::SIGCHLD {
                             child = true;
                         } else {
-                            events.push_back(Event::Signal {
-                                signo,
-                                from: info.ssi_pid,
-                                code: info.ssi_code,
-                            });
+                            received(signo, info.ssi_code, info.ssi_pid, events);
                         }
                     }
                     if n < queued.len() {
@@ -647,7 +646,16 @@ fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// The files tend writes itself, which no watch may take for a change.
+/// A signal for the core, unless it is the SIGPIPE of a write of tend's own
+/// (a log line to a pipe nobody reads): that one is about tend, and the
+/// write's error was handled where it happened. Not logged: the line would
+/// go to the same pipe and raise the next one.
+fn received(signo: i32, code: i32, from: u32, events: &mut VecDeque<Event>) {
+    if !signals::from_own_write(signo, code, from) {
+        events.push_back(Event::Signal { signo, from, code });
+    }
+}
+
 /// What tend writes itself, which no watch may cover: the ready and status
 /// files, and the `publish` directories (a symlink in a watched tree that
 /// leads into one would have each publication copy the one before).
@@ -707,6 +715,46 @@ fn send(pid: Pid, group: bool, signo: i32) {
     }
 }
 
+/// Whether `pid` (with `group`, any process of the group it leads) is
+/// stopped: state `T` in /proc/PID/stat. When /proc cannot tell (not
+/// mounted, or a PID namespace other than tend's, where the same number
+/// is another process), it says yes: a needless SIGCONT is better than a
+/// graceful stop that waits for SIGKILL.
+fn stopped(pid: Pid, group: bool) -> bool {
+    let ours = std::fs::read_link("/proc/self")
+        .ok()
+        .and_then(|p| p.to_str()?.parse::<u32>().ok())
+        == Some(std::process::id());
+    if !ours {
+        return true;
+    }
+    let state = |pid: &str| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat_state(&stat)
+    };
+    if !group {
+        return state(&pid.to_string()).is_some_and(|(s, _)| s == 'T');
+    }
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|name| name.bytes().all(|b| b.is_ascii_digit()))
+        .filter_map(|name| state(&name))
+        .any(|(s, pgrp)| s == 'T' && pgrp == pid.as_raw())
+}
+
+/// The state letter and the process group of a /proc/PID/stat line:
+/// `PID (COMM) STATE PPID PGRP ...`, where COMM may hold spaces and ')'.
+fn stat_state(stat: &str) -> Option<(char, i32)> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let pgrp = fields.nth(1)?.parse().ok()?;
+    Some((state, pgrp))
+}
+
 /// Whether tend's process group is the foreground of the terminal on its
 /// stdin; only then does the service get the terminal (`docker run -it`).
 /// A tend started in the background must not take the terminal from a shell.
@@ -714,4 +762,41 @@ fn owns_terminal() -> bool {
     let stdin = std::io::stdin();
     nix::unistd::isatty(stdin.as_fd()).unwrap_or(false)
         && nix::unistd::tcgetpgrp(stdin.as_fd()).ok() == Some(nix::unistd::getpgrp())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_state_and_group_are_read_past_a_command_name_with_parentheses() {
+        assert_eq!(
+            stat_state("42 (sh) T 1 42 42 0 -1 4194560 0"),
+            Some(('T', 42))
+        );
+        assert_eq!(stat_state("7 (a) b (c)) S 1 9 9 0 -1"), Some(('S', 9)));
+        assert_eq!(stat_state("7 (x"), None);
+        assert_eq!(stat_state(""), None);
+    }
+
+    #[test]
+    fn a_stopped_child_is_seen_as_stopped_and_a_running_one_is_not() {
+        use nix::sys::signal::{Signal, kill};
+        use nix::sys::wait::{WaitPidFlag, waitpid};
+        use std::os::unix::process::CommandExt as _;
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = Pid::from_raw(child.id() as i32);
+        assert!(!stopped(pid, false));
+        assert!(!stopped(pid, true));
+        kill(pid, Signal::SIGSTOP).unwrap();
+        waitpid(pid, Some(WaitPidFlag::WUNTRACED)).unwrap();
+        assert!(stopped(pid, false));
+        assert!(stopped(pid, true));
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
 }

@@ -8,13 +8,23 @@ use std::process::Stdio;
 use common::*;
 use nix::sys::signal::Signal;
 
+/// tend as PID 1, or as a child subreaper (how dumb-init's own tests run it).
+fn as_pid1(tend: TendBuilder<'_>, pid1: bool) -> TendBuilder<'_> {
+    if pid1 { tend } else { tend.not_pid1() }
+}
+
 #[test]
 fn the_service_exit_code_is_tends_exit_code() {
     let sb = Sandbox::new();
-    let (code, _, _) = sb.tend().command(&["sh", "-c", "exit 3"]).run(secs(10.0));
-    assert_eq!(code, 3);
-    let (code, _, _) = sb.tend().command(&["true"]).run(secs(10.0));
-    assert_eq!(code, 0);
+    for pid1 in [true, false] {
+        for expected in [0, 1, 2, 3, 32, 64, 127, 254, 255] {
+            let exit = format!("exit {expected}");
+            let (code, _, err) = as_pid1(sb.tend(), pid1)
+                .command(&["sh", "-c", &exit])
+                .run(secs(10.0));
+            assert_eq!(code, expected, "as PID 1: {pid1}; {err}");
+        }
+    }
 }
 
 #[test]
@@ -27,11 +37,21 @@ fn a_service_killed_by_signal_n_makes_tend_exit_128_plus_n() {
         .run(secs(10.0));
     assert_eq!(code, 137);
     assert!(err.contains("killed by SIGKILL"), "{err}");
-    let (code, _, _) = sb
-        .tend()
-        .command(&["sh", "-c", "kill -USR1 $$"])
-        .run(secs(10.0));
-    assert_eq!(code, 128 + 10);
+    for pid1 in [true, false] {
+        for signo in [
+            libc::SIGTERM,
+            libc::SIGHUP,
+            libc::SIGQUIT,
+            libc::SIGKILL,
+            libc::SIGUSR1,
+        ] {
+            let kill = format!("kill -{signo} $$");
+            let (code, _, err) = as_pid1(sb.tend(), pid1)
+                .command(&["sh", "-c", &kill])
+                .run(secs(10.0));
+            assert_eq!(code, 128 + signo, "as PID 1: {pid1}; {err}");
+        }
+    }
 }
 
 #[test]
@@ -96,6 +116,7 @@ fn forwarded() -> Vec<(i32, String)> {
         Signal::SIGQUIT,
         Signal::SIGUSR1,
         Signal::SIGUSR2,
+        Signal::SIGPIPE,
         Signal::SIGALRM,
         Signal::SIGSTKFLT,
         Signal::SIGCONT,
@@ -138,8 +159,7 @@ fn each_signal_is_forwarded_once(pid1: bool) {
         .tend()
         .env("TEND_LOG", "info")
         .command(&sb.service(&["--exit-after", "60"]));
-    let tend = if pid1 { tend } else { tend.not_pid1() };
-    let mut tend = tend.start();
+    let mut tend = as_pid1(tend, pid1).start();
     sb.wait_log("service start", 1, secs(10.0));
     let signals = forwarded();
     for (i, (signo, name)) in signals.iter().enumerate() {
@@ -154,20 +174,16 @@ fn each_signal_is_forwarded_once(pid1: bool) {
     assert!(tend.is_running(), "tend should survive every signal");
     tend.signal(Signal::SIGTERM);
     assert_eq!(tend.wait(secs(10.0)), 0);
-    // The stop sends SIGTERM with a SIGCONT (in case the service was
-    // stopped); nothing else may come after the forwarded ones.
+    // The stop sends SIGTERM alone: SIGCONT only to a service that is
+    // stopped, and this one runs.
     let sigs = sb.log("service sig ");
     let after: Vec<&str> = sigs[signals.len()..]
         .iter()
         .map(|l| l.split_whitespace().nth(2).unwrap())
         .collect();
-    assert!(
-        after.iter().filter(|s| **s == "SIGTERM").count() == 1
-            && after.iter().all(|s| ["SIGTERM", "SIGCONT"].contains(s)),
-        "each signal once, then the stop: {sigs:#?}"
-    );
+    assert_eq!(after, ["SIGTERM"], "each signal once, then the stop");
     let err = tend.stderr();
-    for name in ["SIGUSR1", "SIGSEGV", "SIGRTMIN+2", "SIGRTMAX"] {
+    for name in ["SIGUSR1", "SIGPIPE", "SIGSEGV", "SIGRTMIN+2", "SIGRTMAX"] {
         assert!(
             err.contains(&format!("forwarded {name} to the service")),
             "{err}"
@@ -183,6 +199,95 @@ fn every_catchable_signal_is_forwarded_once() {
 #[test]
 fn every_catchable_signal_is_forwarded_once_by_a_subreaper() {
     each_signal_is_forwarded_once(false);
+}
+
+/// A write of tend's own to a pipe nobody reads (its stderr, here) raises
+/// a SIGPIPE that tend keeps, while one sent with kill reaches the service.
+fn tends_own_sigpipe_is_not_forwarded(pid1: bool) {
+    let sb = Sandbox::new();
+    let tend = sb
+        .tend()
+        // Every forwarded signal is logged, into a pipe whose reader is gone.
+        .env("TEND_LOG", "info")
+        .pre_exec(|| {
+            let mut fds = [0; 2];
+            // SAFETY: pipe, dup2 and close are async-signal-safe.
+            unsafe {
+                if libc::pipe(fds.as_mut_ptr()) != 0 || libc::dup2(fds[1], 2) != 2 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::close(fds[0]);
+                libc::close(fds[1]);
+            }
+            Ok(())
+        })
+        .command(&sb.service(&["--exit-after", "60"]));
+    let mut tend = as_pid1(tend, pid1).start();
+    sb.wait_log("service start", 1, secs(10.0));
+    // tend writes "forwarded SIGHUP" after it forwarded it, before it reads
+    // its signals again: its SIGPIPE is queued ahead of the SIGWINCH, and
+    // would reach the service first.
+    tend.signal(Signal::SIGHUP);
+    sb.wait_log("service sig SIGHUP", 1, secs(5.0));
+    tend.signal(Signal::SIGWINCH);
+    sb.wait_log("service sig SIGWINCH", 1, secs(5.0));
+    tend.signal(Signal::SIGPIPE);
+    sb.wait_log("service sig SIGPIPE", 1, secs(5.0));
+    tend.signal(Signal::SIGTERM);
+    assert_eq!(tend.wait(secs(10.0)), 0);
+    let got: Vec<String> = sb
+        .log("service sig ")
+        .iter()
+        .map(|l| l.split_whitespace().nth(2).unwrap().to_string())
+        .collect();
+    assert_eq!(got, ["SIGHUP", "SIGWINCH", "SIGPIPE", "SIGTERM"]);
+}
+
+#[test]
+fn tends_own_sigpipe_is_not_forwarded_as_pid1() {
+    tends_own_sigpipe_is_not_forwarded(true);
+}
+
+#[test]
+fn tends_own_sigpipe_is_not_forwarded_by_a_subreaper() {
+    tends_own_sigpipe_is_not_forwarded(false);
+}
+
+/// dumb-init's sequence: signals sent while a stop is under way (the
+/// service ignores SIGTERM) still reach it, in order, and nothing else does.
+fn signals_during_a_stop_reach_the_service_in_order(pid1: bool) {
+    let sb = Sandbox::new();
+    let tend = sb.tend().command(&sb.service(&["--ignore-term"]));
+    let mut tend = as_pid1(tend, pid1).start();
+    sb.wait_log("service start", 1, secs(10.0));
+    let sent = [
+        Signal::SIGTERM,
+        Signal::SIGQUIT,
+        Signal::SIGCONT,
+        Signal::SIGINT,
+    ];
+    for (i, sig) in sent.iter().enumerate() {
+        tend.signal(*sig);
+        sb.wait_log("service sig ", i + 1, secs(5.0));
+    }
+    svc::kill(&mut tend, Signal::SIGKILL);
+    assert_eq!(tend.wait(secs(10.0)), 137);
+    let got: Vec<String> = sb
+        .log("service sig ")
+        .iter()
+        .map(|l| l.split_whitespace().nth(2).unwrap().to_string())
+        .collect();
+    assert_eq!(got, sent.map(|s| s.as_str()));
+}
+
+#[test]
+fn signals_during_a_stop_reach_the_service_in_order_as_pid1() {
+    signals_during_a_stop_reach_the_service_in_order(true);
+}
+
+#[test]
+fn signals_during_a_stop_reach_the_service_in_order_by_a_subreaper() {
+    signals_during_a_stop_reach_the_service_in_order(false);
 }
 
 #[test]
@@ -389,6 +494,109 @@ fn the_service_gets_the_terminal_and_ctrl_c_reaches_it_once() {
         "SIGINT should reach the service exactly once (fd {})",
         master.as_raw_fd()
     );
+}
+
+/// Runs tend on a terminal of its own, as `docker run -it` starts PID 1 and
+/// as dumb-init's tests start it: a new session whose controlling terminal
+/// is a pty, on stdin, stdout and stderr. Types `input` (without echo, and
+/// without the line discipline's CR), then returns tend's exit code and
+/// everything the terminal showed until the last process let go of it.
+fn on_a_terminal(pid1: bool, argv: &[&str], input: &[u8]) -> (i32, String) {
+    use nix::fcntl::OFlag;
+    use nix::sys::termios::{LocalFlags, OutputFlags, SetArg, tcgetattr, tcsetattr};
+    use std::io::{Read as _, Write as _};
+    use std::os::fd::AsFd;
+
+    let sb = Sandbox::new();
+    let master =
+        nix::pty::posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC).unwrap();
+    nix::pty::grantpt(&master).unwrap();
+    nix::pty::unlockpt(&master).unwrap();
+    let name = std::ffi::CString::new(nix::pty::ptsname_r(&master).unwrap()).unwrap();
+    let mut attrs = tcgetattr(master.as_fd()).unwrap();
+    attrs.local_flags.remove(LocalFlags::ECHO);
+    attrs.output_flags.remove(OutputFlags::OPOST);
+    tcsetattr(master.as_fd(), SetArg::TCSANOW, &attrs).unwrap();
+    let tend = sb.tend().pre_exec(move || {
+        // Opened in the child only, so that no other process of this test
+        // holds the terminal. SAFETY: async-signal-safe calls.
+        unsafe {
+            if libc::setsid() == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // A session leader without a terminal gets the first it opens.
+            let fd = libc::open(name.as_ptr(), libc::O_RDWR);
+            if fd == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            for target in 0..3 {
+                if libc::dup2(fd, target) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            if fd > 2 {
+                libc::close(fd);
+            }
+        }
+        Ok(())
+    });
+    let mut tend = as_pid1(tend, pid1).command(argv).start();
+    let mut terminal = std::fs::File::from(std::os::fd::OwnedFd::from(master));
+    terminal.write_all(input).unwrap();
+    let deadline = std::time::Instant::now() + secs(15.0);
+    let mut shown = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        assert!(!left.is_zero(), "the terminal was not let go of: {shown:?}");
+        let mut fds = [nix::poll::PollFd::new(
+            terminal.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+        nix::poll::poll(&mut fds, ms).unwrap();
+        let mut buf = [0u8; 4096];
+        match terminal.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => shown.extend_from_slice(&buf[..n]),
+            // EIO: no process has the terminal open any more.
+            Err(e) if e.raw_os_error() == Some(libc::EIO) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => panic!("read() on the terminal: {e}"),
+        }
+    }
+    let code = tend.wait(secs(10.0));
+    (code, String::from_utf8_lossy(&shown).into_owned())
+}
+
+#[test]
+fn the_service_reads_and_writes_tends_terminal() {
+    for pid1 in [true, false] {
+        // Two Ctrl-D: the end of the input, once more for good measure.
+        let (code, shown) = on_a_terminal(pid1, &["tac"], b"1\n2\n3\n\x04\x04");
+        assert_eq!((code, shown.as_str()), (0, "3\n2\n1\n"), "as PID 1: {pid1}");
+    }
+}
+
+#[test]
+fn a_shell_on_tends_terminal_has_job_control() {
+    for pid1 in [true, false] {
+        let (code, shown) = on_a_terminal(
+            pid1,
+            &["bash", "--norc", "--noprofile", "-m"],
+            b"echo \"flags are: [[$-]]\"\nexit 0\n",
+        );
+        assert_eq!(code, 0, "as PID 1: {pid1}: {shown}");
+        let flags = shown
+            .split("flags are: [[")
+            .nth(1)
+            .and_then(|rest| rest.split("]]").next())
+            .unwrap_or_else(|| panic!("as PID 1: {pid1}: {shown}"));
+        assert!(
+            flags.contains('m'),
+            "job control, as PID 1: {pid1}: {shown}"
+        );
+        assert!(!shown.contains("no job control"), "{shown}");
+    }
 }
 
 /// A call in the child that fails, made to fail by a seccomp filter as a

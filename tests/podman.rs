@@ -15,8 +15,9 @@
 //!   plain init prints nothing into the terminal.
 //!
 //! They need root, podman, runc, tmux and the base image that
-//! `scripts/test-podman` builds, and run only when `TEND_PODMAN_TESTS` is set
-//! (`sudo scripts/test-podman` sets it); otherwise each test returns at once.
+//! `scripts/test-podman` builds, so they are ignored by a plain `cargo test`
+//! (which counts them as ignored) and run by `sudo scripts/test-podman`
+//! (`cargo test --test podman -- --ignored`).
 //!
 //! No registry is reachable from the test machines, so the images are built
 //! from what is here. Dockerfile.example is built unmodified with `podman
@@ -29,11 +30,10 @@
 mod common;
 
 use std::fs;
-use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Once, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::http::{free_port, get};
@@ -47,22 +47,6 @@ const BASE: &str = "localhost/tend-nginx-base";
 const WEB: &str = "localhost/tend-test-web";
 /// tend as a plain init, `ENTRYPOINT ["tend", "--"]`, on BASE.
 const PLAIN: &str = "localhost/tend-test-plain";
-
-fn enabled() -> bool {
-    let set = std::env::var("TEND_PODMAN_TESTS").is_ok_and(|v| !v.is_empty() && v != "0");
-    if !set {
-        static SAID: Once = Once::new();
-        // Straight to stderr: the test harness captures print! and eprint!.
-        SAID.call_once(|| {
-            let _ = writeln!(
-                std::io::stderr(),
-                "tests/podman.rs: skipped; these tests run in podman with \
-                 TEND_PODMAN_TESTS=1 (sudo scripts/test-podman)"
-            );
-        });
-    }
-    set
-}
 
 /// podman with runc and tests/support/containers.conf (see that file): what
 /// podman needs on the test machines, where crun fails on hybrid cgroups and
@@ -330,10 +314,8 @@ fn wait_only_served(port: u16, body: &str, timeout: Duration) {
 }
 
 #[test]
+#[ignore = "runs in podman: sudo scripts/test-podman"]
 fn nginx_reloads_a_mounted_configmap_and_stops_gracefully_on_podman_stop() {
-    if !enabled() {
-        return;
-    }
     images();
     let sb = Sandbox::new();
     let port = free_port();
@@ -416,10 +398,8 @@ fn nginx_reloads_a_mounted_configmap_and_stops_gracefully_on_podman_stop() {
 }
 
 #[test]
+#[ignore = "runs in podman: sudo scripts/test-podman"]
 fn podman_stop_reaches_the_service_and_the_container_exits_with_its_code() {
-    if !enabled() {
-        return;
-    }
     images();
     let sb = Sandbox::new();
     let out = empty_dir(sb.path("out"));
@@ -449,10 +429,8 @@ fn podman_stop_reaches_the_service_and_the_container_exits_with_its_code() {
 }
 
 #[test]
+#[ignore = "runs in podman: sudo scripts/test-podman"]
 fn a_locked_down_container_keeps_its_readiness_files_on_a_tmpfs() {
-    if !enabled() {
-        return;
-    }
     images();
     let sb = Sandbox::new();
     let port = free_port();
@@ -657,10 +635,8 @@ fn run_it(c: &Container, image: &str, args: &[&str]) -> Vec<String> {
 }
 
 #[test]
+#[ignore = "runs in podman: sudo scripts/test-podman"]
 fn podman_run_it_gives_the_shell_the_terminal_and_ctrl_c_stops_its_job() {
-    if !enabled() {
-        return;
-    }
     images();
     let sb = Sandbox::new();
     let c = Container::named("shell");
@@ -694,10 +670,8 @@ fn podman_run_it_gives_the_shell_the_terminal_and_ctrl_c_stops_its_job() {
 }
 
 #[test]
+#[ignore = "runs in podman: sudo scripts/test-podman"]
 fn podman_run_it_ctrl_c_ends_a_service_that_does_not_handle_it() {
-    if !enabled() {
-        return;
-    }
     images();
     let sb = Sandbox::new();
     let sleep = ["sleep", "7654322"];

@@ -281,7 +281,7 @@ fn a_tend_that_is_not_root_replaces_generations_holding_read_only_directories() 
         sb.path("pub").display().to_string(),
     ));
     let id = NOBODY.to_string();
-    let _tend = sb
+    let mut tend = sb
         .tend()
         .wrapped(
             "unshare",
@@ -312,6 +312,10 @@ fn a_tend_that_is_not_root_replaces_generations_holding_read_only_directories() 
     assert_eq!(status["watches"][0]["result"], "applied", "{status}");
     let now = generations(&sb.path("pub"));
     assert!(now.len() == 1 && now != first, "{first:?} then {now:?}");
+    // setpriv cleared the parent-death signal that unshare gave: tend must
+    // be stopped, not left to outlive the test.
+    tend.signal(Signal::SIGTERM);
+    assert_eq!(tend.wait(secs(10.0)), 0);
 }
 
 /// A status file in the publish directory would be found there at the next

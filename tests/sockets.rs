@@ -17,7 +17,7 @@ use common::alone::alone;
 use common::{secs, wait_for};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
-use tend::process::spawn::{self, Output, SpawnError, Spec};
+use tend::process::spawn::{self, Fds, Output, SpawnError, Spec};
 use tend::sockets::{self, Held, Listen, SocketSpec};
 
 /// Writes what the process sees (its pid, its open fds among 0..64, the
@@ -65,7 +65,17 @@ fn unix(name: &str, path: &Path, mode: Option<u32>) -> SocketSpec {
     }
 }
 
+/// Starts `argv` as tend starts the service.
 fn start(argv: &[String], env: &BTreeMap<String, String>, sockets: Option<&Held>) -> Pid {
+    start_with(argv, env, sockets, Fds::Inherited)
+}
+
+fn start_with(
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+    sockets: Option<&Held>,
+    fds: Fds,
+) -> Pid {
     spawn::spawn(Spec {
         argv,
         env,
@@ -76,6 +86,7 @@ fn start(argv: &[String], env: &BTreeMap<String, String>, sockets: Option<&Held>
         extra_env: &[("NOTIFY_SOCKET".into(), "/run/test-notify".into())],
         stdin_null: false,
         user: None,
+        fds,
     })
     .unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"))
 }
@@ -178,6 +189,38 @@ fn the_service_gets_the_sockets_as_fds_3_and_up_with_listen_variables() {
             conn.set_read_timeout(Some(secs(20.0))).unwrap();
             assert_eq!(ask(&mut conn), format!("1 from {pid}"));
             assert_eq!(exit_code(pid), 0);
+        },
+    );
+}
+
+/// A child that is given the sockets but not what tend inherited (a check
+/// that asks for its service's sockets) gets stdio and the sockets alone;
+/// the service gets what tend inherited too.
+#[test]
+fn a_child_given_the_sockets_only_gets_exactly_stdio_and_the_sockets() {
+    alone(
+        "a_child_given_the_sockets_only_gets_exactly_stdio_and_the_sockets",
+        || {
+            let dir = tempfile::tempdir().unwrap();
+            let held = sockets::bind_all(&[tcp("http", "127.0.0.1:0")]).unwrap();
+            let http = tcp_port(&held, 0);
+            // Open without close-on-exec, as a descriptor tend inherited.
+            let null = fs::File::open("/dev/null").unwrap();
+            assert_eq!(unsafe { libc::dup2(null.as_raw_fd(), 9) }, 9);
+            for (given, expected) in [
+                (Fds::None, vec![0, 1, 2, 3]),
+                (Fds::Inherited, vec![0, 1, 2, 3, 9]),
+            ] {
+                let report = dir.path().join(format!("{given:?}.json"));
+                let pid = start_with(&reporter(&report), &BTreeMap::new(), Some(&held), given);
+                let seen = read_report(&report);
+                assert_eq!(fds(&seen), expected, "{given:?}");
+                assert_eq!(seen["env"]["LISTEN_FDS"], "1");
+                let mut conn = TcpStream::connect_timeout(&http, secs(10.0)).unwrap();
+                conn.set_read_timeout(Some(secs(20.0))).unwrap();
+                assert_eq!(ask(&mut conn), format!("0 from {pid}"));
+                assert_eq!(exit_code(pid), 0);
+            }
         },
     );
 }
@@ -329,6 +372,7 @@ fn a_spawn_with_sockets_searches_path_and_fails_like_any_spawn() {
                     extra_env: &[],
                     stdin_null: false,
                     user: None,
+                    fds: Fds::Inherited,
                 })
             };
             let no_env = BTreeMap::new();

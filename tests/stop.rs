@@ -47,7 +47,13 @@ fn a_service_that_ignores_its_stop_signal_is_killed_after_stop_timeout() {
         "SIGKILL came after {took:?}, before stop_timeout"
     );
     assert!(took < secs(5.0), "SIGKILL came after {took:?}");
-    assert_eq!(sb.log("service sig SIGTERM").len(), 1);
+    // The stop signal alone: no SIGCONT for a service that is not stopped.
+    let got: Vec<String> = sb
+        .log("service sig ")
+        .iter()
+        .map(|l| l.split_whitespace().nth(2).unwrap().to_string())
+        .collect();
+    assert_eq!(got, ["SIGTERM"]);
     assert!(tend.stderr().contains("sending SIGKILL"));
 }
 
@@ -85,6 +91,38 @@ fn with_process_group_signals_reach_the_whole_group() {
     tend.signal(Signal::SIGTERM);
     assert_eq!(tend.wait(secs(10.0)), 0);
     sb.wait_log("grandchild sig SIGTERM", 1, secs(1.0));
+}
+
+#[test]
+fn with_process_group_a_stopped_member_is_continued_to_act_on_the_stop_signal() {
+    let sb = Sandbox::new();
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = {}\nprocess_group = true\nstop_timeout = \"30s\"\n",
+        sb.service_toml(&["--grandchild", "--ignore-term"])
+    ));
+    let mut tend = sb.tend().config(&cfg).start();
+    sb.wait_log("grandchild start", 1, secs(10.0));
+    // Its pid as this test sees it: the service's child.
+    let service = svc::host_pid(&mut tend);
+    let grandchild: i32 =
+        std::fs::read_to_string(format!("/proc/{service}/task/{service}/children"))
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+    svc::kill_pid(grandchild, Signal::SIGSTOP);
+    wait_for("the grandchild to be stopped", secs(5.0), || {
+        (process_state(grandchild) == Some('T')).then_some(())
+    });
+    tend.signal(Signal::SIGTERM);
+    // Only a continued grandchild can handle its SIGTERM.
+    sb.wait_log("grandchild sig SIGTERM", 1, secs(5.0));
+    sb.wait_log("service sig SIGTERM", 1, secs(5.0));
+    svc::kill(&mut tend, Signal::SIGKILL);
+    svc::kill_pid(grandchild, Signal::SIGKILL);
+    assert_eq!(tend.wait(secs(10.0)), 137);
 }
 
 #[test]
@@ -174,6 +212,43 @@ fn tend_as_a_subreaper_leaves_other_processes_alone() {
         .parse()
         .unwrap();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL).unwrap();
+}
+
+/// dumb-init without setsid: a stop reaches the service alone, and tend as
+/// a subreaper exits with the service's status and leaves the rest of its
+/// process group alone.
+#[test]
+fn a_subreaper_stops_only_the_service_and_leaves_its_group_alone() {
+    let sb = Sandbox::new();
+    let mut tend = sb
+        .tend()
+        .not_pid1()
+        .command(&sb.service(&["--grandchild", "--exit-after", "60"]))
+        .start();
+    sb.wait_log("grandchild start", 1, secs(10.0));
+    let grandchild: i32 = sb.log("grandchild start")[0]
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("pid="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    // Gone at the end of the test, however it ends.
+    let _left = KillOnDrop(grandchild);
+    tend.signal(Signal::SIGTERM);
+    assert_eq!(tend.wait(secs(10.0)), 0);
+    assert!(sb.log("grandchild sig").is_empty(), "{:?}", sb.log(""));
+    assert!(
+        process_state(grandchild).is_some_and(|s| s != 'Z'),
+        "the rest of the group lives on"
+    );
+}
+
+struct KillOnDrop(i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0), Signal::SIGKILL);
+    }
 }
 
 #[test]

@@ -441,6 +441,9 @@ impl Core {
                 service::Output::Signal { pid, group, signo } => {
                     self.out.push(Command::Signal { pid, group, signo })
                 }
+                service::Output::ContinueIfStopped { pid, group } => {
+                    self.out.push(Command::ContinueIfStopped { pid, group })
+                }
                 service::Output::Started => {
                     for w in self.watches_of(id) {
                         self.tell_watch(w, watch::Input::ServiceStarted, now);

@@ -332,6 +332,9 @@ pub enum Command {
     },
     /// `kill(pid, signo)`, or to the process group `pid` leads.
     Signal { pid: Pid, group: bool, signo: i32 },
+    /// SIGCONT as [`Command::Signal`] does, only if the process (or one of
+    /// its group) is stopped: the shell looks, the core cannot.
+    ContinueIfStopped { pid: Pid, group: bool },
     /// `kill(-1, signo)`: as PID 1, every process in the container.
     SignalEveryone(i32),
     /// Run one reaper pass now and report it as [`Event::Reaped`].

@@ -261,6 +261,8 @@ pub enum Output {
     Probe { pid: Pid, timeout: Duration },
     /// `kill(pid, signo)`, or to its process group.
     Signal { pid: Pid, group: bool, signo: i32 },
+    /// SIGCONT, if it (or one of its group) is stopped.
+    ContinueIfStopped { pid: Pid, group: bool },
     /// An instance started: it reads the newest checked content.
     Started,
     /// A restart ended: the watches acting on it are applied (or not),
@@ -805,8 +807,8 @@ impl Service {
 
     // ------------------------------------------------------------ stops
 
-    /// Sends the stop signal: then SIGCONT in case the service was stopped
-    /// (a stopped process cannot act on its stop signal), and SIGKILL after
+    /// Sends the stop signal: then SIGCONT if the service is stopped (a
+    /// stopped process cannot act on its stop signal), and SIGKILL after
     /// stop_timeout.
     fn send_stop(&self, pid: Pid, cx: &mut Cx<'_>) -> Kill {
         let sig = self.cfg.stop_signal;
@@ -822,11 +824,7 @@ impl Service {
             signo: sig as i32,
         });
         if !matches!(sig, Signal::SIGCONT | Signal::SIGKILL) {
-            cx.out.push(Output::Signal {
-                pid,
-                group,
-                signo: Signal::SIGCONT as i32,
-            });
+            cx.out.push(Output::ContinueIfStopped { pid, group });
         }
         Kill {
             at: cx.now + self.cfg.stop_timeout,

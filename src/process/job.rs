@@ -15,7 +15,7 @@ use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use nix::unistd::{Pid, pipe2};
 
-use super::spawn::{self, Output, SpawnError, Spec};
+use super::spawn::{self, Fds, Output, SpawnError, Spec};
 
 /// How much of a job's output is kept: the end, where errors usually are.
 pub const OUTPUT_TAIL: usize = 4096;
@@ -50,6 +50,8 @@ impl Job {
             extra_env,
             stdin_null: false,
             user: None,
+            // Commands of tend's own: nothing tend inherited.
+            fds: Fds::None,
         })?;
         Ok(Job {
             pid,

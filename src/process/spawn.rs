@@ -9,6 +9,10 @@
 //! first writes which call failed into a close-on-exec pipe, and the error
 //! names it.
 //!
+//! The service keeps the descriptors tend inherited (as under tini and
+//! dumb-init); the commands tend runs on its own behalf get 0-2 only, plus
+//! the sockets they are given ([`Fds`]).
+//!
 //! Every child gets its own process group (`process_group(0)`, never `setsid`)
 //! so a stop or a timeout can reach its whole group, and a terminal's Ctrl-C
 //! reaches the service once, not once directly and once forwarded by tend.
@@ -58,6 +62,21 @@ pub struct Spec<'a> {
     pub stdin_null: bool,
     /// Run as this user: its groups, gid and uid are set after fork.
     pub user: Option<&'a crate::users::Account>,
+    /// The descriptors the child gets besides 0-2 and `sockets`.
+    pub fds: Fds,
+}
+
+/// Which descriptors a child gets, besides stdin, stdout, stderr and the
+/// sockets it is given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fds {
+    /// Every one tend inherited without close-on-exec, as tini and
+    /// dumb-init pass them on: the service (`systemd-socket-activate ...
+    /// tend -- app`). tend's own are all close-on-exec.
+    Inherited,
+    /// None: the commands tend runs on its own behalf (checks, verify,
+    /// exec actions, ready_check) must not hold what tend inherited.
+    None,
 }
 
 /// Where the child's stdio goes.
@@ -180,11 +199,16 @@ pub fn spawn(spec: Spec<'_>) -> Result<Pid, SpawnError> {
     let report_fd = report_in_child.as_raw_fd();
     let take_terminal = spec.take_terminal;
     let user = spec.user.map(|a| (a.uid, a.gid, a.groups.clone()));
+    let close_on_exec = match spec.fds {
+        Fds::Inherited => None,
+        Fds::None => Some(CloseOnExec::prepare()),
+    };
     // SAFETY: SIGRTMIN is a plain read of a libc constant, done before fork.
     let first_realtime = libc::SIGRTMIN();
     // SAFETY: the hook only calls async-signal-safe functions (tcsetpgrp,
-    // getpid, rt_sigaction, sigprocmask, fcntl, write, execve) on stack
-    // values and on `exec`, built before fork, and never allocates.
+    // getpid, rt_sigaction, sigprocmask, close_range, fcntl, write, execve)
+    // on stack values and on `exec` and `close_on_exec`, built before fork,
+    // and never allocates.
     unsafe {
         cmd.pre_exec(move || {
             let failed = |step: Step, errno: Errno| {
@@ -218,6 +242,12 @@ pub fn spawn(spec: Spec<'_>) -> Result<Pid, SpawnError> {
                 if libc::setuid(*uid) != 0 {
                     return failed(Step::Setuid(*uid), Errno::last());
                 }
+            }
+            // Before the sockets below take theirs off again.
+            if let Some(c) = &close_on_exec
+                && let Err((step, e)) = c.apply()
+            {
+                return failed(step, e);
             }
             let Some(exec) = exec.as_mut() else {
                 return Ok(());
@@ -274,6 +304,10 @@ enum Step {
     Setgroups,
     Setgid(u32),
     Setuid(u32),
+    /// Setting close-on-exec on every fd from 3 up.
+    CloseRange,
+    /// Setting close-on-exec on this fd (kernels without CLOSE_RANGE_CLOEXEC).
+    CloseOnExec(i32),
 }
 
 impl Step {
@@ -281,19 +315,23 @@ impl Step {
     /// signal or fd it was for.
     fn encode(self) -> [u8; 3] {
         let [lo, hi] = match self {
-            Step::RtSigaction(n) | Step::KeepSocket(n) => (n as u16).to_le_bytes(),
+            Step::RtSigaction(n) | Step::KeepSocket(n) | Step::CloseOnExec(n) => {
+                (n as u16).to_le_bytes()
+            }
             // Ids above 65535 are reported as 65535: the call is what matters.
             Step::Setgid(n) | Step::Setuid(n) => (n.min(0xffff) as u16).to_le_bytes(),
-            Step::Tcsetpgrp | Step::Sigprocmask | Step::Setgroups => [0, 0],
+            Step::Tcsetpgrp | Step::Sigprocmask | Step::CloseRange | Step::Setgroups => [0, 0],
         };
         let call = match self {
             Step::Tcsetpgrp => 1,
             Step::RtSigaction(_) => 2,
             Step::Sigprocmask => 3,
             Step::KeepSocket(_) => 4,
-            Step::Setgroups => 5,
-            Step::Setgid(_) => 6,
-            Step::Setuid(_) => 7,
+            Step::CloseRange => 5,
+            Step::CloseOnExec(_) => 6,
+            Step::Setgroups => 7,
+            Step::Setgid(_) => 8,
+            Step::Setuid(_) => 9,
         };
         [call, lo, hi]
     }
@@ -305,9 +343,11 @@ impl Step {
             2 => Some(Step::RtSigaction(n)),
             3 => Some(Step::Sigprocmask),
             4 => Some(Step::KeepSocket(n)),
-            5 => Some(Step::Setgroups),
-            6 => Some(Step::Setgid(n as u32)),
-            7 => Some(Step::Setuid(n as u32)),
+            5 => Some(Step::CloseRange),
+            6 => Some(Step::CloseOnExec(n)),
+            7 => Some(Step::Setgroups),
+            8 => Some(Step::Setgid(n as u32)),
+            9 => Some(Step::Setuid(n as u32)),
             _ => None,
         }
     }
@@ -341,6 +381,8 @@ impl std::fmt::Display for Step {
             Step::Setgroups => f.write_str("setgroups() for the service's user"),
             Step::Setgid(gid) => write!(f, "setgid({gid}) for the service's user"),
             Step::Setuid(uid) => write!(f, "setuid({uid}) for the service's user"),
+            Step::CloseRange => f.write_str("close_range(3, ~0, CLOSE_RANGE_CLOEXEC)"),
+            Step::CloseOnExec(fd) => write!(f, "fcntl({fd}, F_SETFD, FD_CLOEXEC)"),
         }
     }
 }
@@ -504,6 +546,90 @@ fn write_pid_var(out: &mut [u8; 24], pid: libc::pid_t) {
     out[LISTEN_PID.len() + len] = 0;
 }
 
+/// How a child that must not keep what tend inherited gets rid of it: every
+/// fd from 3 up is made close-on-exec, not closed, so that std's pipe that
+/// reports a failed exec, and the report pipe, keep working until exec.
+enum CloseOnExec {
+    /// close_range(2) with CLOSE_RANGE_CLOEXEC (Linux 5.11).
+    Range,
+    /// On older kernels (or where seccomp refuses close_range): fcntl on each
+    /// fd that the parent found open without close-on-exec.
+    Each(Vec<i32>),
+}
+
+impl CloseOnExec {
+    /// Chooses the way in the parent, where reading /proc may allocate.
+    fn prepare() -> CloseOnExec {
+        static RANGE_WORKS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        // A range past every open fd changes nothing, and tells whether the
+        // kernel takes the flag.
+        let works = *RANGE_WORKS.get_or_init(|| close_range_cloexec(u32::MAX).is_ok());
+        if works {
+            return CloseOnExec::Range;
+        }
+        CloseOnExec::Each(inheritable_fds())
+    }
+
+    /// In the child: async-signal-safe, no allocation.
+    fn apply(&self) -> Result<(), (Step, Errno)> {
+        match self {
+            CloseOnExec::Range => close_range_cloexec(3).map_err(|e| (Step::CloseRange, e)),
+            CloseOnExec::Each(fds) => {
+                for &fd in fds {
+                    // SAFETY: fcntl on an integer fd has no memory effects.
+                    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } == -1 {
+                        return Err((Step::CloseOnExec(fd), Errno::last()));
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// `close_range(first, ~0, CLOSE_RANGE_CLOEXEC)`, by its system call number:
+/// the C library's wrapper is younger than the kernel call.
+fn close_range_cloexec(first: u32) -> Result<(), Errno> {
+    // SAFETY: close_range takes integers and touches only the fd table.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    Errno::result(ret).map(drop)
+}
+
+/// The fds from 3 up that are open without close-on-exec in tend: what it
+/// inherited (everything tend opens itself is close-on-exec). From
+/// /proc/self/fd, or by asking each fd below the soft RLIMIT_NOFILE (at
+/// most 65536) when /proc is not there.
+fn inheritable_fds() -> Vec<i32> {
+    let inheritable = |fd: i32| {
+        // SAFETY: F_GETFD reads a flag of an integer fd.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+        fd >= 3 && flags != -1 && flags & libc::FD_CLOEXEC == 0
+    };
+    if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
+        let listed: Vec<i32> = dir
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect();
+        // The directory's own fd is close-on-exec, and closed by now.
+        return listed.into_iter().filter(|&fd| inheritable(fd)).collect();
+    }
+    let mut limit = libc::rlimit {
+        rlim_cur: 1024,
+        rlim_max: 1024,
+    };
+    // SAFETY: getrlimit writes into `limit`; on failure it stays 1024.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    let limit = limit.rlim_cur.min(65536) as i32;
+    (3..limit).filter(|&fd| inheritable(fd)).collect()
+}
+
 /// Default dispositions for every signal and an empty mask. Async-signal-safe.
 ///
 /// exec() gives every signal that has a handler its default action; only an
@@ -580,6 +706,21 @@ mod tests {
     }
 
     #[test]
+    fn the_fds_a_child_would_inherit_are_found_and_marked_close_on_exec() {
+        use std::os::fd::AsRawFd;
+        let (plain, _w) = nix::unistd::pipe().unwrap();
+        let (cloexec, _w2) = nix::unistd::pipe2(OFlag::O_CLOEXEC).unwrap();
+        let found = inheritable_fds();
+        assert!(found.contains(&plain.as_raw_fd()), "{found:?}");
+        assert!(!found.contains(&cloexec.as_raw_fd()), "{found:?}");
+        assert!(found.iter().all(|&fd| fd >= 3), "{found:?}");
+        CloseOnExec::Each(vec![plain.as_raw_fd()]).apply().unwrap();
+        // SAFETY: F_GETFD reads a flag.
+        let flags = unsafe { libc::fcntl(plain.as_raw_fd(), libc::F_GETFD) };
+        assert_eq!(flags & libc::FD_CLOEXEC, libc::FD_CLOEXEC);
+    }
+
+    #[test]
     fn a_failed_step_survives_the_trip_through_the_report_pipe() {
         for step in [
             Step::Tcsetpgrp,
@@ -589,6 +730,8 @@ mod tests {
             Step::Sigprocmask,
             Step::KeepSocket(3),
             Step::KeepSocket(1000),
+            Step::CloseRange,
+            Step::CloseOnExec(251),
         ] {
             assert_eq!(Step::decode(step.encode()), Some(step));
         }

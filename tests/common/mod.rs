@@ -307,7 +307,10 @@ impl TendBuilder<'_> {
             c.args(&tend[1..]).args(&self.args);
             c
         };
+        // What tend makes in $TMPDIR (the notify socket's directory) goes
+        // with the sandbox, even when a test ends by killing tend.
         cmd.current_dir(self.sandbox.path(""))
+            .env("TMPDIR", self.sandbox.path(""))
             .env_remove("TEND_CONFIG")
             .env_remove("TEND_LOG")
             .env_remove("TEND_LOG_FORMAT")
@@ -484,17 +487,78 @@ impl Drop for Tend {
                 self.stderr()
             );
         }
+        // Everything the test started goes: tend (as PID 1 its namespace
+        // with it) and all below it, which as a subreaper or under setpriv
+        // (which clears the parent-death signal) would otherwise live on.
         if self.child.try_wait().ok().flatten().is_none() {
-            if let Some(p) = self.host_pid {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(p),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-            let _ = self.child.kill();
+            kill_tree(self.child.id() as i32);
             let _ = self.child.wait();
         }
+        if let Some(p) = self.host_pid {
+            kill_tree(p);
+        }
     }
+}
+
+/// Sends SIGKILL to `root` and every process below it, until none is left
+/// (bounded: two seconds).
+pub fn kill_tree(root: i32) {
+    let deadline = Instant::now() + secs(2.0);
+    loop {
+        let mut tree = vec![root];
+        let mut i = 0;
+        let parents = parent_pids();
+        while i < tree.len() {
+            let parent = tree[i];
+            tree.extend(
+                parents
+                    .iter()
+                    .filter(|(_, ppid)| *ppid == parent)
+                    .map(|(pid, _)| *pid),
+            );
+            i += 1;
+        }
+        let alive: Vec<i32> = tree
+            .into_iter()
+            .filter(|p| process_state(*p).is_some_and(|s| s != 'Z'))
+            .collect();
+        if alive.is_empty() || Instant::now() >= deadline {
+            return;
+        }
+        for p in alive {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(p),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// (pid, parent pid) of every process this test can see.
+fn parent_pids() -> Vec<(i32, i32)> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| Some((pid, stat_fields(pid)?.1)))
+        .collect()
+}
+
+/// The state letter of `pid` (R, S, T, Z, ...), while it exists.
+pub fn process_state(pid: i32) -> Option<char> {
+    stat_fields(pid).map(|(state, _)| state)
+}
+
+/// State and parent pid from /proc/PID/stat.
+fn stat_fields(pid: i32) -> Option<(char, i32)> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((state, ppid))
 }
 
 /// A seccomp filter that makes one system call fail with `errno` whenever its
