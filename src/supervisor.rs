@@ -367,6 +367,7 @@ impl Supervisor {
             self.core.deadline(),
             self.readiness.deadline(),
             self.http.as_ref().and_then(HttpServer::deadline),
+            self.notify.as_ref().and_then(NotifySocket::deadline),
         ]
         .into_iter()
         .flatten()
@@ -444,13 +445,16 @@ impl Supervisor {
         if signals {
             self.read_signals(events);
         }
-        if notify && let Some(n) = &self.notify {
-            for (pid, datagram) in n.recv() {
-                events.push_back(Event::Notify {
-                    chain: notify::ancestry(pid),
-                    message: Notification::parse(&datagram),
-                });
+        if let Some(n) = &self.notify {
+            if notify {
+                for (pid, datagram) in n.recv() {
+                    events.push_back(Event::Notify {
+                        chain: notify::ancestry(pid),
+                        message: Notification::parse(&datagram),
+                    });
+                }
             }
+            n.flush(now);
         }
         self.readiness.retry(now);
         let (scans, done) = self.watcher.pump(&watcher);

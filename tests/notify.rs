@@ -9,7 +9,7 @@ use std::os::unix::net::UnixDatagram;
 use std::process::{Child, Command};
 
 use common::alone::alone;
-use common::secs;
+use common::{Sandbox, Tend, secs};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -151,4 +151,181 @@ fn ancestry_leads_from_a_grandchild_through_its_parent_to_us() {
         [grandchild],
         "gone, so only itself"
     );
+}
+
+// ------------------------------------------------- tend as PID 1, notify = true
+
+/// A service that says READY=1, waits for SIGUSR1, then sends tend one
+/// datagram per argument with that many fds (copies of a pipe's write end),
+/// closes its own copy, and says STATUS=closed once the pipe tells that no
+/// copy is left open anywhere (STATUS=leaked if one is after 10 s).
+const FD_SENDER: &str = r#"
+import os, select, signal, socket, sys
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+path = os.environ["NOTIFY_SOCKET"]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.connect(path)
+def say(text, fds=()):
+    socket.send_fds(s, [text.encode()], list(fds))
+say("READY=1\nSTATUS=waiting")
+signal.sigwait({signal.SIGUSR1})
+r, w = os.pipe()
+for n in sys.argv[1:]:
+    say("STATUS=sending", [w] * int(n))
+os.close(w)
+ready, _, _ = select.select([r], [], [], 10)
+say("STATUS=" + ("closed" if ready and os.read(r, 1) == b"" else "leaked"))
+signal.pause()
+"#;
+
+/// The same from a process outside the service's tree: exits 0 once every
+/// copy is closed, 1 if one is still open after 10 s.
+const OUTSIDE_FD_SENDER: &str = r#"
+import os, select, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.connect(sys.argv[1])
+r, w = os.pipe()
+for n in sys.argv[2:]:
+    socket.send_fds(s, [b"READY=1"], [w] * int(n))
+os.close(w)
+ready, _, _ = select.select([r], [], [], 10)
+sys.exit(0 if ready and os.read(r, 1) == b"" else 1)
+"#;
+
+fn notify_config(sb: &Sandbox, command: &[String]) -> std::path::PathBuf {
+    sb.config(&format!(
+        "[service]\ncommand = {}\nnotify = true\nready_timeout = \"20s\"\n{}",
+        common::toml_list(command),
+        sb.readiness_toml()
+    ))
+}
+
+fn fd_sender(sb: &Sandbox, counts: &[usize]) -> std::path::PathBuf {
+    let mut argv = vec!["python3".to_string(), "-c".into(), FD_SENDER.into()];
+    argv.extend(counts.iter().map(|n| n.to_string()));
+    notify_config(sb, &argv)
+}
+
+/// The fds tend has open now.
+fn open_fds(tend: &mut Tend) -> usize {
+    std::fs::read_dir(format!("/proc/{}/fd", tend.pid()))
+        .unwrap()
+        .count()
+}
+
+/// Waits until tend has `n` fds open again (a status write holds one for
+/// a moment); a leak never goes.
+fn wait_open_fds(tend: &mut Tend, n: usize) {
+    let mut seen = 0;
+    let ok = (0..500).any(|_| {
+        seen = open_fds(tend);
+        seen == n || {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            false
+        }
+    });
+    assert!(ok, "tend has {seen} fds open, {n} before: they leak");
+}
+
+fn service_status(sb: &Sandbox, text: &str) {
+    common::wait_for(&format!("STATUS={text}"), secs(20.0), || {
+        sb.status()
+            .filter(|s| s["service"]["status"] == text || s["service"]["status"] == "leaked")
+    });
+    assert_eq!(sb.status().unwrap()["service"]["status"], text);
+}
+
+/// FDSTORE-style fds are closed, however many come with a datagram: five
+/// datagrams of 17 fds each (more than a 16-fd control buffer holds), and
+/// one of 253 (the most the kernel lets a message carry).
+#[test]
+fn every_fd_sent_to_tend_is_closed() {
+    let sb = Sandbox::new();
+    let cfg = fd_sender(&sb, &[17, 17, 17, 17, 17, 253, 1]);
+    let mut tend = sb.tend().config(&cfg).start();
+    service_status(&sb, "waiting");
+    let before = open_fds(&mut tend);
+    tend.signal(Signal::SIGUSR1);
+    service_status(&sb, "closed");
+    wait_open_fds(&mut tend, before);
+    assert!(
+        sb.is_ready(),
+        "the datagrams still count: {}",
+        tend.stderr()
+    );
+}
+
+#[test]
+fn fds_sent_from_outside_the_service_tree_are_closed_too() {
+    let sb = Sandbox::new();
+    let cfg = fd_sender(&sb, &[]);
+    let mut tend = sb.tend().config(&cfg).start();
+    service_status(&sb, "waiting");
+    let before = open_fds(&mut tend);
+    let socket = service_env(&mut tend, "NOTIFY_SOCKET");
+    let sent = Command::new("nsenter")
+        .args(["-t", &tend.pid().to_string(), "-p", "python3", "-c"])
+        .args([
+            OUTSIDE_FD_SENDER,
+            &socket,
+            "17",
+            "17",
+            "17",
+            "17",
+            "17",
+            "253",
+        ])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "a copy of the pipe is still open in tend");
+    wait_open_fds(&mut tend, before);
+    tend.wait_stderr("outside the service's process tree", secs(5.0));
+}
+
+/// With tend's fd table nearly full the kernel installs the fds that fit
+/// and releases the rest (MSG_CTRUNC): the ones installed are closed, and
+/// the cut is said once.
+#[test]
+fn fds_that_fill_tends_table_are_closed_and_the_cut_is_said_once() {
+    let sb = Sandbox::new();
+    let cfg = fd_sender(&sb, &[253, 253, 253]);
+    let limit = libc::rlimit {
+        rlim_cur: 64,
+        rlim_max: 64,
+    };
+    let mut tend = sb
+        .tend()
+        .config(&cfg)
+        .pre_exec(move || {
+            // SAFETY: setrlimit is async-signal-safe.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+        .start();
+    service_status(&sb, "waiting");
+    let before = open_fds(&mut tend);
+    assert!(before < 64, "{before} fds open");
+    tend.signal(Signal::SIGUSR1);
+    service_status(&sb, "closed");
+    wait_open_fds(&mut tend, before);
+    let log = tend.stderr();
+    assert_eq!(
+        log.matches("(MSG_CTRUNC)").count(),
+        1,
+        "said once, the rest counted:\n{log}"
+    );
+    assert!(sb.is_ready());
+}
+
+/// A variable of the service's environment.
+fn service_env(tend: &mut Tend, name: &str) -> String {
+    let pid = common::svc::host_pid_of(tend, "python3");
+    let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let prefix = format!("{name}=");
+    env.split(|b| *b == 0)
+        .find_map(|kv| kv.strip_prefix(prefix.as_bytes()))
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .unwrap_or_else(|| panic!("the service has no {name}"))
 }
