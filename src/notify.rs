@@ -25,10 +25,17 @@ use crate::ratelimit::RateLimit;
 /// The most of one message that is kept; sd_notify messages are a few lines.
 pub const MAX_MESSAGE: usize = 4096;
 
-/// At most this many datagrams are taken per [`NotifySocket::recv`], so a
-/// service that floods the socket cannot hold up the event loop; the rest
-/// stay queued and the socket polls readable again.
+/// At most this many datagrams are taken per [`NotifySocket::recv`], and
+/// per [`FLOOD_WINDOW`], so a process that floods the socket can neither
+/// hold up the event loop nor take all of PID 1's CPU: the rest wait in the
+/// kernel, which queues only a few datagrams (`net.unix.max_dgram_qlen`)
+/// and makes their senders wait for room. A sender of the service's still
+/// gets its turn as room is made.
 const MAX_PER_RECV: usize = 256;
+
+/// See [`MAX_PER_RECV`]: 12,800 datagrams a second at most, far above what
+/// any service says, and a few percent of a core.
+pub const FLOOD_WINDOW: Duration = Duration::from_millis(20);
 
 /// A notification whose control data the kernel cut is said at most this
 /// often.
@@ -42,6 +49,11 @@ pub struct NotifySocket {
     dir: PathBuf,
     path: PathBuf,
     cut_warnings: Cell<RateLimit>,
+    /// The current [`FLOOD_WINDOW`]: when it began, and the datagrams taken
+    /// in it.
+    window: Cell<Option<(Instant, usize)>>,
+    /// Not read before then: the window's quota is spent.
+    paused_until: Cell<Option<Instant>>,
 }
 
 impl NotifySocket {
@@ -70,6 +82,8 @@ impl NotifySocket {
                 dir,
                 path,
                 cut_warnings: Cell::new(RateLimit::new(CUT_WARN_EVERY)),
+                window: Cell::new(None),
+                paused_until: Cell::new(None),
             }),
             Err(e) => {
                 remove_dir(&dir);
@@ -115,18 +129,39 @@ impl NotifySocket {
         self.fd.as_fd()
     }
 
-    /// The datagrams queued now, each with its sender's pid, oldest first.
-    /// Never blocks. A message longer than [`MAX_MESSAGE`] is cut there;
-    /// one without a sender pid (from outside tend's pid namespace) is
-    /// dropped. Every fd passed along (`FDSTORE=1`) is closed, whatever the
-    /// rest of the message is.
+    /// The fd to poll now; none while a flood's quota is spent (see
+    /// [`MAX_PER_RECV`]).
+    pub fn poll_fd(&self, now: Instant) -> Option<BorrowedFd<'_>> {
+        let paused = self.paused_until.get().is_some_and(|until| now < until);
+        (!paused).then(|| self.fd.as_fd())
+    }
+
+    /// The datagrams queued now, each with its sender's pid, oldest first,
+    /// at most [`MAX_PER_RECV`] per call and per [`FLOOD_WINDOW`] (once
+    /// they are spent, [`poll_fd`](Self::poll_fd) is none until the window
+    /// ends). Never blocks. A message longer than
+    /// [`MAX_MESSAGE`] is cut there; one without a sender pid (from outside
+    /// tend's pid namespace) is dropped. Every fd passed along (`FDSTORE=1`)
+    /// is closed, whatever the rest of the message is.
     pub fn recv(&self) -> Vec<(Pid, Vec<u8>)> {
         let mut messages = Vec::new();
         let mut buf = [0u8; MAX_MESSAGE];
         let mut control = Control::new();
-        while messages.len() < MAX_PER_RECV {
+        let now = Instant::now();
+        let (start, mut taken) = match self.window.get() {
+            Some((start, taken)) if now < start + FLOOD_WINDOW => (start, taken),
+            _ => (now, 0),
+        };
+        loop {
+            if taken == MAX_PER_RECV {
+                self.paused_until.set(Some(start + FLOOD_WINDOW));
+                break;
+            }
             let received = match receive(self.fd.as_fd(), &mut buf, &mut control) {
-                Ok(Some(r)) => r,
+                Ok(Some(r)) => {
+                    taken += 1;
+                    r
+                }
                 Ok(None) => break,
                 Err(e) => {
                     tracing::warn!(
@@ -150,6 +185,7 @@ impl NotifySocket {
                 None => tracing::debug!("a notify message without a sender pid is dropped"),
             }
         }
+        self.window.set(Some((start, taken)));
         messages
     }
 
@@ -171,13 +207,22 @@ impl NotifySocket {
         }
     }
 
-    /// When a count of cut notifications is due in the log, if one is.
+    /// When a flood's pause ends, or a count of cut notifications is due
+    /// in the log, if either is.
     pub fn deadline(&self) -> Option<Instant> {
-        self.cut_warnings.get().due()
+        [self.paused_until.get(), self.cut_warnings.get().due()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
-    /// Reports the cut notifications not said yet, once it is time.
-    pub fn flush(&self, now: Instant) {
+    /// Time passed: ends a flood's pause that is over, and reports the cut
+    /// notifications not said yet once it is time. Called at every wake-up,
+    /// so [`deadline`](Self::deadline) never holds a time gone by.
+    pub fn tick(&self, now: Instant) {
+        if self.paused_until.get().is_some_and(|until| now >= until) {
+            self.paused_until.set(None);
+        }
         let mut limit = self.cut_warnings.get();
         let held = limit.flush(now);
         self.cut_warnings.set(limit);

@@ -329,3 +329,103 @@ fn service_env(tend: &mut Tend, name: &str) -> String {
         .map(|v| String::from_utf8_lossy(v).into_owned())
         .unwrap_or_else(|| panic!("the service has no {name}"))
 }
+
+/// Sends READY=1 to argv[1] as fast as it can for argv[2] seconds, from
+/// outside the service's tree, and prints how many it sent.
+const FLOOD: &str = r#"
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.connect(sys.argv[1])
+end, sent = time.monotonic() + float(sys.argv[2]), 0
+while time.monotonic() < end:
+    for _ in range(100):
+        s.send(b"READY=1")
+    sent += 100
+print(sent)
+"#;
+
+/// tend's CPU time so far (user + system), in clock ticks.
+fn cpu_ticks(tend: &mut Tend) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", tend.pid())).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// A process outside the service's tree (a `kubectl exec` shell) that
+/// floods the notify socket gets one warning and a count, not a line per
+/// datagram; it costs tend a bounded share of a core; and the service's own
+/// notifications still get through while it lasts.
+#[test]
+fn a_flood_from_outside_the_service_tree_is_said_once_and_costs_little() {
+    let sb = Sandbox::new();
+    let cfg = fd_sender(&sb, &[]);
+    let mut tend = sb.tend().config(&cfg).start();
+    service_status(&sb, "waiting");
+    let socket = service_env(&mut tend, "NOTIFY_SOCKET");
+    let (log_before, cpu_before) = (tend.stderr().len(), cpu_ticks(&mut tend));
+    let flood_secs = 4;
+    let mut flood = Command::new("timeout")
+        .args(["30", "nsenter", "-t", &tend.pid().to_string(), "-p"])
+        .args(["python3", "-c", FLOOD, &socket, &flood_secs.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    tend.wait_stderr("outside the service's process tree", secs(10.0));
+    // The service speaks up in the middle of the flood.
+    tend.signal(Signal::SIGUSR1);
+    service_status(&sb, "closed");
+    assert!(
+        flood.try_wait().unwrap().is_none(),
+        "the service's STATUS= came through only after the flood"
+    );
+    let done = common::wait_for("the flood to end", secs(30.0), || flood.try_wait().unwrap());
+    assert!(done.success(), "{done:?}");
+    let mut out = String::new();
+    std::io::Read::read_to_string(flood.stdout.as_mut().unwrap(), &mut out).unwrap();
+    let sent: u64 = out.trim().parse().unwrap();
+    // What was still queued is taken: tend goes idle again.
+    let mut last = cpu_ticks(&mut tend);
+    common::wait_every(
+        std::time::Duration::from_millis(200),
+        "tend to go idle",
+        secs(10.0),
+        || {
+            let now = cpu_ticks(&mut tend);
+            (std::mem::replace(&mut last, now) == now).then_some(())
+        },
+    );
+    let log = tend.stderr();
+    let grown = log.len() - log_before;
+    let cpu = cpu_ticks(&mut tend) - cpu_before;
+    println!("{sent} datagrams in {flood_secs} s: {grown} bytes of log, {cpu} ticks of tend's CPU");
+    assert!(sent > 1000, "the flood did not get through: {sent}");
+    let lines = log.matches("outside the service's process tree").count();
+    assert_eq!(
+        lines, 1,
+        "one line for the flood, not one per datagram:\n{log}"
+    );
+    // Clock ticks are 10 ms: a quarter of one core at most, where reading
+    // as fast as the sender writes took all of it.
+    assert!(
+        cpu < flood_secs * 100 / 4,
+        "tend spent {cpu} ticks on {sent} datagrams in {flood_secs} s"
+    );
+    assert!(sb.is_ready(), "the service is unaffected");
+    // Once the interval is over, the rest is counted in one more line.
+    let log = tend.wait_stderr(
+        "from processes outside the service's process tree",
+        secs(15.0),
+    );
+    // "... ignored N more notification(s) from processes outside ..."
+    let held: u64 = log
+        .split("ignored ")
+        .filter_map(|rest| rest.split_once(" more notification(s)"))
+        .find_map(|(n, _)| n.parse().ok())
+        .expect("the count of the rest");
+    assert_eq!(1 + held, sent, "every datagram is counted:\n{log}");
+}

@@ -50,6 +50,7 @@ use nix::unistd::Pid;
 
 use crate::config::{self, Action, Restart};
 use crate::process::ExitStatus;
+use crate::ratelimit::{self, RateLimit};
 use crate::signals::{self, Role};
 use crate::status::{ServiceStatus, State, Status, WatchStatus};
 use crate::watch::publish::Keep;
@@ -388,6 +389,10 @@ struct Verification {
 const VERIFY_AGAIN_INITIAL: Duration = Duration::from_millis(250);
 const VERIFY_AGAIN_MAX: Duration = Duration::from_secs(2);
 
+/// Notifications from outside the service's process tree are said at most
+/// this often (a flood from a `kubectl exec` shell), with a count.
+const IGNORED_WARN_EVERY: Duration = Duration::from_secs(10);
+
 /// ready_check runs again after a failure, backing off up to this.
 const READY_CHECK_MAX: Duration = Duration::from_secs(1);
 const READY_CHECK_INITIAL: Duration = Duration::from_millis(100);
@@ -415,6 +420,8 @@ pub struct Core {
     ready_check_delay: Duration,
     /// The last STATUS= text of each instance.
     statuses: BTreeMap<Pid, String>,
+    /// The warning for notifications from outside the service's tree.
+    ignored_notifications: RateLimit,
     verifications: BTreeMap<WatchId, Verification>,
     /// splitmix64's state, for splay.
     rng: u64,
@@ -440,6 +447,7 @@ impl Core {
             ready_check_at: None,
             ready_check_delay: READY_CHECK_INITIAL,
             statuses: BTreeMap::new(),
+            ignored_notifications: RateLimit::new(IGNORED_WARN_EVERY),
             verifications: BTreeMap::new(),
             rng: settings.seed,
             metrics: Metrics::new(watches.len()),
@@ -593,6 +601,7 @@ impl Core {
             // Verify runs again only on a service that serves.
             self.pipeline.reverify_deadline().filter(|_| self.serving()),
             self.pipeline.rollback_deadline().filter(|_| watching),
+            self.ignored_notifications.due(),
         ]
         .into_iter()
         .flatten()
@@ -1285,6 +1294,11 @@ impl Core {
     // ------------------------------------------------------------ time
 
     fn on_time(&mut self, now: Now) {
+        if let Some(held) = self.ignored_notifications.flush(now.mono) {
+            tracing::warn!(
+                "ignored {held} more notification(s) from processes outside the service's process tree"
+            );
+        }
         let mut overdue = Vec::new();
         for j in &mut self.jobs {
             if !j.timed_out && now.mono >= j.started + j.timeout {
@@ -1994,10 +2008,11 @@ impl Core {
                 .any(|p| self.stopping.iter().any(|i| i.pid == *p))
             {
                 tracing::debug!("a notification from an instance being stopped: nothing to do");
-            } else {
+            } else if let Some(held) = self.ignored_notifications.allow(now.mono) {
                 tracing::warn!(
                     pid = chain.first().map(|p| p.as_raw()),
-                    "ignored a notification from a process outside the service's process tree"
+                    "ignored a notification from a process outside the service's process tree{}",
+                    ratelimit::held_back(held, IGNORED_WARN_EVERY)
                 );
             }
             return;

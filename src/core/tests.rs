@@ -940,6 +940,36 @@ fn a_notification_from_outside_the_service_tree_is_ignored() {
     assert!(!f.state().1);
 }
 
+/// The warning for a flood from outside is rate-limited: the count of what
+/// was held back is due once the interval is over, and only then is there
+/// a timer.
+#[test]
+fn a_flood_from_outside_the_service_tree_holds_a_timer_only_while_a_count_is_due() {
+    let mut f = notifying(SIGNAL, false);
+    assert_eq!(f.core.deadline(), None, "ready and idle");
+    let outside = |f: &mut Fake| {
+        f.send(Event::Notify {
+            chain: vec![Pid::from_raw(5000), Pid::from_raw(1)],
+            message: Notification::parse(b"READY=1\nSTATUS=not the service"),
+        })
+    };
+    outside(&mut f);
+    assert_eq!(f.core.deadline(), None, "the first one is said at once");
+    for _ in 0..1000 {
+        outside(&mut f);
+        f.elapsed += Duration::from_millis(1);
+    }
+    assert_eq!(
+        f.core.ignored_notifications.due(),
+        Some(f.t0 + IGNORED_WARN_EVERY)
+    );
+    assert_eq!(f.core.deadline(), Some(f.t0 + IGNORED_WARN_EVERY));
+    f.at_deadline();
+    assert_eq!(f.core.deadline(), None, "said: no timer left");
+    assert_eq!(f.state(), (State::Ready, true));
+    assert_eq!(f.core.status().service.status.as_deref(), Some("serving"));
+}
+
 #[test]
 fn a_start_not_ready_within_ready_timeout_has_failed() {
     let mut f = Fake::custom("[service]\nrestart = \"on-failure\"\n", true, |s| {
