@@ -2,8 +2,8 @@
 //! protocol): where it says `READY=1`, `RELOADING=1`, `STOPPING=1`,
 //! `STATUS=...`.
 //!
-//! A datagram socket in a private directory, with `SO_PASSCRED` on, so the
-//! kernel attaches each sender's pid: the core decides whether that pid
+//! A datagram socket that any user may send to, with `SO_PASSCRED` on, so
+//! the kernel attaches each sender's pid: the core decides whether that pid
 //! belongs to the service (see [`ancestry`]). What the messages mean is the
 //! core's business; this module only receives them, without ever blocking.
 
@@ -58,13 +58,17 @@ pub struct NotifySocket {
 
 impl NotifySocket {
     /// Binds a new socket at `$TMPDIR/tend-notify-XXXXXX/notify` (or under
-    /// /tmp), in a directory of mode 0700 that only tend's user can enter.
+    /// /tmp). Any user may send to it (mode 0666), so that a service that
+    /// drops its privileges before READY=1 (gosu, su-exec, setpriv) still
+    /// can; the sender's place in the process tree is what counts. Its
+    /// directory is 0711: entered by all, listed and written by tend's
+    /// user alone, so no one else can put anything in the socket's place.
     pub fn new() -> io::Result<NotifySocket> {
         let base = std::env::var_os("TMPDIR")
             .filter(|d| Path::new(d).is_absolute())
             .map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
         let template = base.join("tend-notify-XXXXXX");
-        // mkdtemp creates the directory with mode 0700.
+        // mkdtemp creates the directory with mode 0700 (opened once bound).
         let dir = nix::unistd::mkdtemp(&template).map_err(|e| {
             io::Error::new(
                 io::Error::from(e).kind(),
@@ -76,7 +80,7 @@ impl NotifySocket {
             )
         })?;
         let path = dir.join("notify");
-        match Self::bind(&path) {
+        match Self::bind(&path).and_then(|fd| open_to_all(&path, &dir).map(|()| fd)) {
             Ok(fd) => Ok(NotifySocket {
                 fd,
                 dir,
@@ -376,6 +380,44 @@ unsafe fn take_control(header: &libc::msghdr) -> (Option<Pid>, usize) {
         }
     }
     (sender, closed)
+}
+
+/// Lets every user send to the socket at `path` and enter `dir`, its
+/// directory (not list it); warns, when tend is root, if a directory
+/// above keeps other users out anyway.
+fn open_to_all(path: &Path, dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let chmod = |p: &Path, mode: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "chmod({}, {mode:o}) for the notify socket: {e}",
+                    p.display()
+                ),
+            )
+        })
+    };
+    // The socket first: until the directory opens, no one else reaches it.
+    chmod(path, 0o666)?;
+    chmod(dir, 0o711)?;
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root
+        && let Some(closed) = dir
+            .ancestors()
+            .skip(1)
+            .find(|a| std::fs::metadata(a).is_ok_and(|m| m.permissions().mode() & 0o001 == 0))
+    {
+        tracing::warn!(
+            "the notify socket {} is under {}, which other users cannot enter: a service that \
+             switches to another user cannot send READY=1 to it (set TMPDIR to a directory \
+             every user can enter, such as /tmp)",
+            path.display(),
+            closed.display()
+        );
+    }
+    Ok(())
 }
 
 impl Drop for NotifySocket {

@@ -80,13 +80,16 @@ fn a_long_message_is_cut_and_the_next_one_is_whole() {
     assert_eq!(got[1].1, b"READY=1");
 }
 
+/// Any user may send (a service may drop its privileges before READY=1),
+/// but only tend's user can list the directory or put anything in it.
 #[test]
-fn the_socket_lives_in_a_private_directory_that_goes_with_it() {
+fn the_socket_is_open_to_all_in_a_directory_that_only_tend_writes_and_that_goes_with_it() {
     let socket = NotifySocket::new().unwrap();
     let path = socket.path().to_path_buf();
     let dir = path.parent().unwrap().to_path_buf();
-    let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
-    assert_eq!(mode & 0o777, 0o700, "{}", dir.display());
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dir), 0o711, "{}", dir.display());
+    assert_eq!(mode(&path), 0o666, "{}", path.display());
     assert!(
         dir.file_name()
             .unwrap()
@@ -213,13 +216,26 @@ fn open_fds(tend: &mut Tend) -> usize {
         .count()
 }
 
-/// Waits until tend has `n` fds open again (a status write holds one for
-/// a moment); a leak never goes.
+/// The fds tend holds for good: a status write holds one more for a moment.
+fn steady_fds(tend: &mut Tend) -> usize {
+    let mut last = open_fds(tend);
+    common::wait_every(
+        std::time::Duration::from_millis(50),
+        "tend's fds to hold still",
+        secs(10.0),
+        || {
+            let now = open_fds(tend);
+            (std::mem::replace(&mut last, now) == now).then_some(now)
+        },
+    )
+}
+
+/// Waits until tend has at most `n` fds open again; a leak never goes.
 fn wait_open_fds(tend: &mut Tend, n: usize) {
     let mut seen = 0;
     let ok = (0..500).any(|_| {
         seen = open_fds(tend);
-        seen == n || {
+        seen <= n || {
             std::thread::sleep(std::time::Duration::from_millis(10));
             false
         }
@@ -244,7 +260,7 @@ fn every_fd_sent_to_tend_is_closed() {
     let cfg = fd_sender(&sb, &[17, 17, 17, 17, 17, 253, 1]);
     let mut tend = sb.tend().config(&cfg).start();
     service_status(&sb, "waiting");
-    let before = open_fds(&mut tend);
+    let before = steady_fds(&mut tend);
     tend.signal(Signal::SIGUSR1);
     service_status(&sb, "closed");
     wait_open_fds(&mut tend, before);
@@ -261,7 +277,7 @@ fn fds_sent_from_outside_the_service_tree_are_closed_too() {
     let cfg = fd_sender(&sb, &[]);
     let mut tend = sb.tend().config(&cfg).start();
     service_status(&sb, "waiting");
-    let before = open_fds(&mut tend);
+    let before = steady_fds(&mut tend);
     let socket = service_env(&mut tend, "NOTIFY_SOCKET");
     let sent = Command::new("nsenter")
         .args(["-t", &tend.pid().to_string(), "-p", "python3", "-c"])
@@ -305,7 +321,7 @@ fn fds_that_fill_tends_table_are_closed_and_the_cut_is_said_once() {
         })
         .start();
     service_status(&sb, "waiting");
-    let before = open_fds(&mut tend);
+    let before = steady_fds(&mut tend);
     assert!(before < 64, "{before} fds open");
     tend.signal(Signal::SIGUSR1);
     service_status(&sb, "closed");
@@ -428,4 +444,113 @@ fn a_flood_from_outside_the_service_tree_is_said_once_and_costs_little() {
         .find_map(|(n, _)| n.parse().ok())
         .expect("the count of the rest");
     assert_eq!(1 + held, sent, "every datagram is counted:\n{log}");
+}
+
+/// Sends READY=1 with the uid it runs as, then waits. /usr/bin/python3: an
+/// unprivileged user may not be able to reach the python3 in root's PATH.
+const READY_AS_WHOEVER: &str = r#"
+import os, signal, socket
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.sendto(f"READY=1\nSTATUS=ready as {os.getuid()}".encode(), os.environ["NOTIFY_SOCKET"])
+signal.pause()
+"#;
+
+/// gosu, su-exec and `setpriv --reuid` switch users before the program
+/// that says READY=1 runs.
+#[test]
+fn a_service_that_drops_its_privileges_before_ready_can_notify() {
+    let sb = Sandbox::new();
+    let argv: Vec<String> = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "/usr/bin/python3",
+        "-c",
+        READY_AS_WHOEVER,
+    ]
+    .map(String::from)
+    .into();
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = {}\nnotify = true\nready_timeout = \"10s\"\nworking_dir = \"/\"\n{}",
+        common::toml_list(&argv),
+        sb.readiness_toml()
+    ));
+    let tend = sb.tend().config(&cfg).start();
+    sb.wait_ready(true, secs(15.0));
+    assert_eq!(
+        sb.status().unwrap()["service"]["status"],
+        "ready as 65534",
+        "{}",
+        tend.stderr()
+    );
+}
+
+/// Says STATUS= (not READY=1) per argument, then waits.
+const NEVER_READY: &str = r#"
+import os, signal, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+for text in sys.argv[1:]:
+    s.sendto(text.encode(), os.environ["NOTIFY_SOCKET"])
+signal.pause()
+"#;
+
+fn never_ready(sb: &Sandbox, said: &[&str]) -> std::path::PathBuf {
+    let mut argv = vec!["python3".to_string(), "-c".into(), NEVER_READY.into()];
+    argv.extend(said.iter().map(|s| s.to_string()));
+    sb.config(&format!(
+        "[service]\ncommand = {}\nnotify = true\nready_timeout = \"1s\"\n{}",
+        common::toml_list(&argv),
+        sb.readiness_toml()
+    ))
+}
+
+#[test]
+fn a_start_not_ready_in_time_says_what_tend_last_heard_from_the_service() {
+    let sb = Sandbox::new();
+    let cfg = never_ready(
+        &sb,
+        &[
+            "STATUS=opening the database",
+            "STATUS=replaying the journal",
+        ],
+    );
+    let tend = sb.tend().config(&cfg).start();
+    tend.wait_stderr(
+        "the service did not become ready within 1s (last heard: STATUS=replaying the journal): stopping it",
+        secs(10.0),
+    );
+}
+
+#[test]
+fn a_start_not_ready_in_time_says_when_nothing_was_received() {
+    let sb = Sandbox::new();
+    let cfg = never_ready(&sb, &[]);
+    let tend = sb.tend().config(&cfg).start();
+    tend.wait_stderr(
+        "the service did not become ready within 1s (nothing was received on NOTIFY_SOCKET from it): stopping it",
+        secs(10.0),
+    );
+}
+
+#[test]
+fn a_notify_socket_other_users_cannot_reach_is_warned_about() {
+    let sb = Sandbox::new();
+    let private = sb.path("tmp");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let cfg = never_ready(&sb, &["READY=1"]);
+    let tend = sb
+        .tend()
+        .config(&cfg)
+        .env("TMPDIR", &private.display().to_string())
+        .start();
+    sb.wait_ready(true, secs(10.0));
+    tend.wait_stderr(
+        &format!(
+            "is under {}, which other users cannot enter",
+            private.display()
+        ),
+        secs(1.0),
+    );
 }

@@ -182,7 +182,10 @@ fn with_notify_a_ready_1_from_outside_the_service_is_ignored() {
         "READY=1 from the test process does not count"
     );
     // The service itself never says READY=1: its start fails.
-    tend.wait_stderr("did not become ready within 2s: stopping it", secs(10.0));
+    tend.wait_stderr(
+        "did not become ready within 2s (nothing was received on NOTIFY_SOCKET from it): stopping it",
+        secs(10.0),
+    );
     sb.wait_log("service start", 2, secs(10.0));
 }
 

@@ -41,7 +41,7 @@ pub mod pipeline;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -420,6 +420,9 @@ pub struct Core {
     ready_check_delay: Duration,
     /// The last STATUS= text of each instance.
     statuses: BTreeMap<Pid, String>,
+    /// The instances from whose process tree a notification came, to say
+    /// what tend last heard from one that is not ready in time.
+    notified: BTreeSet<Pid>,
     /// The warning for notifications from outside the service's tree.
     ignored_notifications: RateLimit,
     verifications: BTreeMap<WatchId, Verification>,
@@ -447,6 +450,7 @@ impl Core {
             ready_check_at: None,
             ready_check_delay: READY_CHECK_INITIAL,
             statuses: BTreeMap::new(),
+            notified: BTreeSet::new(),
             ignored_notifications: RateLimit::new(IGNORED_WARN_EVERY),
             verifications: BTreeMap::new(),
             rng: settings.seed,
@@ -767,6 +771,7 @@ impl Core {
 
     fn on_exit(&mut self, exit: Exit, now: Now) {
         self.statuses.remove(&exit.pid);
+        self.notified.remove(&exit.pid);
         if let Some(at) = self.stopping.iter().position(|i| i.pid == exit.pid) {
             self.stopping.swap_remove(at);
             self.on_stopped(exit.pid, exit.status, now);
@@ -1347,8 +1352,9 @@ impl Core {
                 {
                     tracing::error!(
                         pid = inst.pid.as_raw(),
-                        "the service did not become ready within {:?}: stopping it",
-                        self.settings.ready_timeout
+                        "the service did not become ready within {:?}{}: stopping it",
+                        self.settings.ready_timeout,
+                        self.last_heard(inst.pid)
                     );
                     self.ready_check_at = None;
                     self.stop(&mut inst, now);
@@ -1360,8 +1366,9 @@ impl Core {
             {
                 tracing::error!(
                     pid = new.pid.as_raw(),
-                    "the new instance did not become ready within {:?}: it is stopped and the old one keeps serving",
-                    self.settings.ready_timeout
+                    "the new instance did not become ready within {:?}{}: it is stopped and the old one keeps serving",
+                    self.settings.ready_timeout,
+                    self.last_heard(new.pid)
                 );
                 new.ready_by = None;
                 self.ready_check_at = None;
@@ -2017,6 +2024,7 @@ impl Core {
             }
             return;
         };
+        self.notified.insert(pid);
         if let Some(text) = message.status {
             tracing::debug!(pid = pid.as_raw(), status = text, "service status");
             self.statuses.insert(pid, text);
@@ -2043,6 +2051,21 @@ impl Core {
         }
         if message.ready {
             self.on_ready(pid, now);
+        }
+    }
+
+    /// What tend last heard on NOTIFY_SOCKET from instance `pid`, for the
+    /// line that says it was not ready in time (nothing without notify).
+    fn last_heard(&self, pid: Pid) -> String {
+        if !self.settings.notify {
+            return String::new();
+        }
+        match self.statuses.get(&pid) {
+            Some(status) => format!(" (last heard: STATUS={})", crate::text::summary(status)),
+            None if self.notified.contains(&pid) => {
+                " (it sent notifications, none with READY=1 or STATUS=)".into()
+            }
+            None => " (nothing was received on NOTIFY_SOCKET from it)".into(),
         }
     }
 

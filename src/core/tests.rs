@@ -971,6 +971,46 @@ fn a_flood_from_outside_the_service_tree_holds_a_timer_only_while_a_count_is_due
 }
 
 #[test]
+fn a_start_not_ready_in_time_is_told_with_what_tend_last_heard_from_it() {
+    let mut f = Fake::custom("[service]\nrestart = \"on-failure\"\n", true, |s| {
+        s.notify = true;
+        s.ready_timeout = Duration::from_secs(5);
+    });
+    f.tick();
+    let svc = f.service();
+    let nothing = " (nothing was received on NOTIFY_SOCKET from it)";
+    assert_eq!(f.core.last_heard(svc), nothing);
+    f.send(Event::Notify {
+        chain: vec![Pid::from_raw(5000), Pid::from_raw(1)],
+        message: Notification::parse(b"STATUS=from outside"),
+    });
+    assert_eq!(f.core.last_heard(svc), nothing, "not from the service");
+    notify(&mut f, svc, "MAINPID=4");
+    assert_eq!(
+        f.core.last_heard(svc),
+        " (it sent notifications, none with READY=1 or STATUS=)"
+    );
+    notify(&mut f, svc, "STATUS=loading \x1b[2Jthe cache");
+    notify(&mut f, svc, "EXTEND_TIMEOUT_USEC=1");
+    assert_eq!(
+        f.core.last_heard(svc),
+        " (last heard: STATUS=loading \\x1b[2Jthe cache)",
+        "the last STATUS=, escaped"
+    );
+    f.at_deadline();
+    f.exit(svc, ExitStatus::Code(0));
+    assert_eq!(
+        f.core.last_heard(svc),
+        nothing,
+        "forgotten with the process"
+    );
+    // Without notify there is nothing to tell.
+    let mut f = Fake::custom("", true, |s| s.ready_check = Some(vec!["probe".into()]));
+    f.tick();
+    assert_eq!(f.core.last_heard(f.service()), "");
+}
+
+#[test]
 fn a_start_not_ready_within_ready_timeout_has_failed() {
     let mut f = Fake::custom("[service]\nrestart = \"on-failure\"\n", true, |s| {
         s.notify = true;
