@@ -6,7 +6,8 @@
 //! - a regular file of `NAME=value` lines, as Docker's `--env-file`: the
 //!   value is everything after the first `=`, verbatim (no quotes removed,
 //!   no expansion); blank lines and lines starting with `#` are skipped, and
-//!   so is whitespace at the start of a line and a `\r` at its end;
+//!   so is whitespace at the start of a line and a `\r` at its end, and a
+//!   UTF-8 byte order mark at the start of the file;
 //! - a directory with one variable per regular file, as a Kubernetes Secret
 //!   or ConfigMap volume: the file's name is the name, its content, verbatim,
 //!   the value. Names starting with `..` are the kubelet's own; when `..data`
@@ -282,6 +283,9 @@ fn read_directory(
 
 /// The variables of an env file's text. No error quotes the text.
 fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<(String, String)>, EnvFromError> {
+    // A byte order mark, as Windows editors write: Docker's --env-file and
+    // kubectl's --from-env-file skip it too. Only at the very start.
+    let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
     let mut vars = Vec::new();
     for (i, raw) in bytes.split(|&b| b == b'\n').enumerate() {
         let n = i + 1;
@@ -508,6 +512,24 @@ mod tests {
         let e = read_one(&p).unwrap_err();
         assert_eq!(e.line, Some(2));
         assert!(e.problem.contains("UTF-8"), "{e}");
+    }
+
+    #[test]
+    fn a_byte_order_mark_at_the_start_of_an_env_file_is_skipped_and_nowhere_else() {
+        let d = dir();
+        let p = d.path().join("env");
+        fs::write(&p, "\u{feff}A=1\r\nB=\u{feff}kept\r\n").unwrap();
+        assert_eq!(
+            read_one(&p).unwrap(),
+            vars(&[("A", "1"), ("B", "\u{feff}kept")])
+        );
+        let e = file_error("A=1\n\u{feff}B=2\n");
+        assert_eq!(e.line, Some(2), "{e}");
+        assert!(e.problem.contains("not a variable name"), "{e}");
+        // In the directory form a value is taken verbatim, a mark included.
+        fs::remove_file(&p).unwrap();
+        fs::write(d.path().join("TOKEN"), "\u{feff}x").unwrap();
+        assert_eq!(read_one(d.path()).unwrap(), vars(&[("TOKEN", "\u{feff}x")]));
     }
 
     #[test]

@@ -59,6 +59,22 @@ fn an_env_file_gives_the_service_its_variables_verbatim() {
     assert_eq!(seen(&sb, "OTHER"), ["unset"]);
 }
 
+/// As Windows editors save it: a byte order mark, CRLF line ends.
+#[test]
+fn an_env_file_saved_with_a_byte_order_mark_gives_its_variables() {
+    let sb = Sandbox::new();
+    let env = sb.write("app.env", "\u{feff}DB_HOST=db.internal\r\nDB_PORT=5432\r\n");
+    let cfg = config(
+        &sb,
+        &["DB_HOST", "DB_PORT"],
+        &format!("env_from = [{:?}]", path(&env)),
+        "",
+    );
+    let _tend = sb.tend().config(&cfg).start_ready();
+    assert_eq!(seen(&sb, "DB_HOST"), ["db.internal"]);
+    assert_eq!(seen(&sb, "DB_PORT"), ["5432"]);
+}
+
 #[test]
 fn a_secret_volume_gives_one_variable_per_key_with_its_content_verbatim() {
     let sb = Sandbox::new();
