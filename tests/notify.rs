@@ -346,8 +346,9 @@ fn service_env(tend: &mut Tend, name: &str) -> String {
         .unwrap_or_else(|| panic!("the service has no {name}"))
 }
 
-/// Sends READY=1 to argv[1] as fast as it can for argv[2] seconds, from
-/// outside the service's tree, and prints how many it sent.
+/// Sends READY=1 to argv[1] as fast as it can for argv[2] seconds, creates
+/// the file argv[3] once the first ones are sent, and prints how many it
+/// sent.
 const FLOOD: &str = r#"
 import socket, sys, time
 s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -357,10 +358,12 @@ while time.monotonic() < end:
     for _ in range(100):
         s.send(b"READY=1")
     sent += 100
+    if sent == 100:
+        open(sys.argv[3], "w").close()
 print(sent)
 "#;
 
-/// tend's CPU time so far (user + system), in clock ticks.
+/// tend's CPU time so far (user + system), in clock ticks (10 ms).
 fn cpu_ticks(tend: &mut Tend) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{}/stat", tend.pid())).unwrap();
     let fields: Vec<&str> = stat
@@ -370,6 +373,83 @@ fn cpu_ticks(tend: &mut Tend) -> u64 {
         .split_whitespace()
         .collect();
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// What a flood of READY=1 cost tend.
+struct Flooded {
+    sent: u64,
+    /// Clock ticks of tend's CPU from the flood's start until tend was idle.
+    cpu: u64,
+    /// Bytes tend logged meanwhile.
+    logged: usize,
+}
+
+const FLOOD_SECS: u64 = 4;
+
+/// Floods the notify socket of the `fd_sender` service for FLOOD_SECS from a
+/// process of tend's PID namespace (`nsenter`), or from this one, outside
+/// it; in the middle, the service says STATUS=closed, which must get
+/// through before the flood ends.
+fn flood(sb: &Sandbox, tend: &mut Tend, in_tends_namespace: bool) -> Flooded {
+    let socket = service_env(tend, "NOTIFY_SOCKET");
+    let started = sb.path("flood.started");
+    let (log_before, cpu_before) = (tend.stderr().len(), cpu_ticks(tend));
+    let mut cmd = Command::new("timeout");
+    cmd.arg("30");
+    if in_tends_namespace {
+        cmd.args(["nsenter", "-t", &tend.pid().to_string(), "-p"]);
+    }
+    let mut flood = cmd
+        .args(["python3", "-c", FLOOD, &socket, &FLOOD_SECS.to_string()])
+        .arg(&started)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    common::wait_for("the flood to start", secs(10.0), || {
+        started.exists().then_some(())
+    });
+    // The service speaks up in the middle of the flood.
+    tend.signal(Signal::SIGUSR1);
+    service_status(sb, "closed");
+    assert!(
+        flood.try_wait().unwrap().is_none(),
+        "the service's STATUS= came through only after the flood"
+    );
+    let done = common::wait_for("the flood to end", secs(30.0), || flood.try_wait().unwrap());
+    assert!(done.success(), "{done:?}");
+    let mut out = String::new();
+    std::io::Read::read_to_string(flood.stdout.as_mut().unwrap(), &mut out).unwrap();
+    let sent: u64 = out.trim().parse().unwrap();
+    // What was still queued is taken: tend goes idle again.
+    let mut last = cpu_ticks(tend);
+    common::wait_every(
+        std::time::Duration::from_millis(200),
+        "tend to go idle",
+        secs(10.0),
+        || {
+            let now = cpu_ticks(tend);
+            (std::mem::replace(&mut last, now) == now).then_some(())
+        },
+    );
+    let flooded = Flooded {
+        sent,
+        cpu: cpu_ticks(tend) - cpu_before,
+        logged: tend.stderr().len() - log_before,
+    };
+    println!(
+        "{sent} datagrams in {FLOOD_SECS} s: {} bytes of log, {} ticks of tend's CPU",
+        flooded.logged, flooded.cpu
+    );
+    assert!(sent > 1000, "the flood did not get through: {sent}");
+    // A quarter of one core at most, where reading as fast as the sender
+    // writes took all of it.
+    assert!(
+        flooded.cpu < FLOOD_SECS * 100 / 4,
+        "tend spent {} ticks on {sent} datagrams in {FLOOD_SECS} s",
+        flooded.cpu
+    );
+    assert!(sb.is_ready(), "the service is unaffected");
+    flooded
 }
 
 /// A process outside the service's tree (a `kubectl exec` shell) that
@@ -382,56 +462,13 @@ fn a_flood_from_outside_the_service_tree_is_said_once_and_costs_little() {
     let cfg = fd_sender(&sb, &[]);
     let mut tend = sb.tend().config(&cfg).start();
     service_status(&sb, "waiting");
-    let socket = service_env(&mut tend, "NOTIFY_SOCKET");
-    let (log_before, cpu_before) = (tend.stderr().len(), cpu_ticks(&mut tend));
-    let flood_secs = 4;
-    let mut flood = Command::new("timeout")
-        .args(["30", "nsenter", "-t", &tend.pid().to_string(), "-p"])
-        .args(["python3", "-c", FLOOD, &socket, &flood_secs.to_string()])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    tend.wait_stderr("outside the service's process tree", secs(10.0));
-    // The service speaks up in the middle of the flood.
-    tend.signal(Signal::SIGUSR1);
-    service_status(&sb, "closed");
-    assert!(
-        flood.try_wait().unwrap().is_none(),
-        "the service's STATUS= came through only after the flood"
-    );
-    let done = common::wait_for("the flood to end", secs(30.0), || flood.try_wait().unwrap());
-    assert!(done.success(), "{done:?}");
-    let mut out = String::new();
-    std::io::Read::read_to_string(flood.stdout.as_mut().unwrap(), &mut out).unwrap();
-    let sent: u64 = out.trim().parse().unwrap();
-    // What was still queued is taken: tend goes idle again.
-    let mut last = cpu_ticks(&mut tend);
-    common::wait_every(
-        std::time::Duration::from_millis(200),
-        "tend to go idle",
-        secs(10.0),
-        || {
-            let now = cpu_ticks(&mut tend);
-            (std::mem::replace(&mut last, now) == now).then_some(())
-        },
-    );
+    let flooded = flood(&sb, &mut tend, true);
     let log = tend.stderr();
-    let grown = log.len() - log_before;
-    let cpu = cpu_ticks(&mut tend) - cpu_before;
-    println!("{sent} datagrams in {flood_secs} s: {grown} bytes of log, {cpu} ticks of tend's CPU");
-    assert!(sent > 1000, "the flood did not get through: {sent}");
     let lines = log.matches("outside the service's process tree").count();
     assert_eq!(
         lines, 1,
         "one line for the flood, not one per datagram:\n{log}"
     );
-    // Clock ticks are 10 ms: a quarter of one core at most, where reading
-    // as fast as the sender writes took all of it.
-    assert!(
-        cpu < flood_secs * 100 / 4,
-        "tend spent {cpu} ticks on {sent} datagrams in {flood_secs} s"
-    );
-    assert!(sb.is_ready(), "the service is unaffected");
     // Once the interval is over, the rest is counted in one more line.
     let log = tend.wait_stderr(
         "from processes outside the service's process tree",
@@ -443,7 +480,19 @@ fn a_flood_from_outside_the_service_tree_is_said_once_and_costs_little() {
         .filter_map(|rest| rest.split_once(" more notification(s)"))
         .find_map(|(n, _)| n.parse().ok())
         .expect("the count of the rest");
-    assert_eq!(1 + held, sent, "every datagram is counted:\n{log}");
+    assert_eq!(1 + held, flooded.sent, "every datagram is counted:\n{log}");
+}
+
+/// From outside tend's PID namespace the kernel gives no sender pid: such
+/// datagrams are dropped, and count against the same bound.
+#[test]
+fn a_flood_from_outside_tends_pid_namespace_costs_little() {
+    let sb = Sandbox::new();
+    let cfg = fd_sender(&sb, &[]);
+    let mut tend = sb.tend().config(&cfg).start();
+    service_status(&sb, "waiting");
+    let flooded = flood(&sb, &mut tend, false);
+    assert!(flooded.logged < 1024, "{}", tend.stderr());
 }
 
 /// Sends READY=1 with the uid it runs as, then waits. /usr/bin/python3: an
