@@ -37,9 +37,9 @@ const MAX_PER_RECV: usize = 256;
 /// any service says, and a few percent of a core.
 pub const FLOOD_WINDOW: Duration = Duration::from_millis(20);
 
-/// A notification whose control data the kernel cut is said at most this
-/// often.
-const CUT_WARN_EVERY: Duration = Duration::from_secs(10);
+/// A notification whose control data the kernel cut, or a failed
+/// recvmsg(), is said at most this often.
+const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// How far [`ancestry`] walks up.
 const MAX_ANCESTRY: usize = 64;
@@ -49,6 +49,8 @@ pub struct NotifySocket {
     dir: PathBuf,
     path: PathBuf,
     cut_warnings: Cell<RateLimit>,
+    /// Failed recvmsg() calls.
+    error_warnings: Cell<RateLimit>,
     /// The current [`FLOOD_WINDOW`]: when it began, and the datagrams taken
     /// in it.
     window: Cell<Option<(Instant, usize)>>,
@@ -85,7 +87,8 @@ impl NotifySocket {
                 fd,
                 dir,
                 path,
-                cut_warnings: Cell::new(RateLimit::new(CUT_WARN_EVERY)),
+                cut_warnings: Cell::new(RateLimit::new(WARN_EVERY)),
+                error_warnings: Cell::new(RateLimit::new(WARN_EVERY)),
                 window: Cell::new(None),
                 paused_until: Cell::new(None),
             }),
@@ -141,12 +144,12 @@ impl NotifySocket {
     }
 
     /// The datagrams queued now, each with its sender's pid, oldest first,
-    /// at most [`MAX_PER_RECV`] per call and per [`FLOOD_WINDOW`] (once
-    /// they are spent, [`poll_fd`](Self::poll_fd) is none until the window
-    /// ends). Never blocks. A message longer than
-    /// [`MAX_MESSAGE`] is cut there; one without a sender pid (from outside
-    /// tend's pid namespace) is dropped. Every fd passed along (`FDSTORE=1`)
-    /// is closed, whatever the rest of the message is.
+    /// at most [`MAX_PER_RECV`] per call and per [`FLOOD_WINDOW`] (once they
+    /// are spent, or recvmsg() failed, [`poll_fd`](Self::poll_fd) is none
+    /// for a while). Never blocks. A message longer than [`MAX_MESSAGE`] is
+    /// cut there; one without a sender pid (from outside tend's pid
+    /// namespace) is dropped. Every fd passed along (`FDSTORE=1`) is closed,
+    /// whatever the rest of the message is.
     pub fn recv(&self) -> Vec<(Pid, Vec<u8>)> {
         let mut messages = Vec::new();
         let mut buf = [0u8; MAX_MESSAGE];
@@ -168,10 +171,17 @@ impl NotifySocket {
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    tracing::warn!(
-                        "recvmsg() on the notify socket {} failed: {e}",
-                        self.path.display()
-                    );
+                    // Left alone for a window, so that an error that lasts
+                    // (ENOMEM) cannot spin the loop on a readable socket.
+                    self.paused_until.set(Some(now + FLOOD_WINDOW));
+                    if let Some(held) = allow(&self.error_warnings, now) {
+                        tracing::warn!(
+                            "recvmsg() on the notify socket {} failed: {e}; tried again in {:?}{}",
+                            self.path.display(),
+                            FLOOD_WINDOW,
+                            crate::ratelimit::held_back(held, WARN_EVERY)
+                        );
+                    }
                     break;
                 }
             };
@@ -182,7 +192,7 @@ impl NotifySocket {
                 );
             }
             if received.truncated {
-                self.cut(received.fds);
+                self.cut(received.fds, now);
             }
             match received.sender {
                 Some(pid) => messages.push((pid, buf[..received.len.min(MAX_MESSAGE)].to_vec())),
@@ -195,18 +205,15 @@ impl NotifySocket {
 
     /// The kernel cut a message's control data (MSG_CTRUNC): the fds that did
     /// not fit never reached tend (the kernel released them), and the ones
-    /// that did were closed. Said at most once per [`CUT_WARN_EVERY`].
-    fn cut(&self, fds: usize) {
-        let mut limit = self.cut_warnings.get();
-        let held = limit.allow(Instant::now());
-        self.cut_warnings.set(limit);
-        if let Some(held) = held {
+    /// that did were closed. Said at most once per [`WARN_EVERY`].
+    fn cut(&self, fds: usize, now: Instant) {
+        if let Some(held) = allow(&self.cut_warnings, now) {
             tracing::warn!(
                 "a notification on {} came with more than tend could receive (MSG_CTRUNC): {fds} \
                  file descriptor(s) were received and closed, the kernel dropped the rest (is tend \
                  out of file descriptors?){}",
                 self.path.display(),
-                crate::ratelimit::held_back(held, CUT_WARN_EVERY)
+                crate::ratelimit::held_back(held, WARN_EVERY)
             );
         }
     }
@@ -238,6 +245,14 @@ impl NotifySocket {
             );
         }
     }
+}
+
+/// [`RateLimit::allow`] on a limit kept in a `Cell`.
+fn allow(limit: &Cell<RateLimit>, now: Instant) -> Option<u64> {
+    let mut l = limit.get();
+    let held = l.allow(now);
+    limit.set(l);
+    held
 }
 
 /// What came with one datagram.

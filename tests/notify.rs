@@ -603,3 +603,34 @@ fn a_notify_socket_other_users_cannot_reach_is_warned_about() {
         secs(1.0),
     );
 }
+
+/// recvmsg() that keeps failing (as a seccomp profile can make it) on a
+/// socket that stays readable: one warning, and tend does not spin.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn a_recvmsg_that_keeps_failing_is_said_once_and_does_not_spin() {
+    let sb = Sandbox::new();
+    let cfg = fd_sender(&sb, &[]);
+    // tend's recvmsg on the notify socket alone: by its flags.
+    let flags = (libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC) as u32;
+    let deny = common::DenySyscall::new(libc::SYS_recvmsg, 2, flags, libc::ENOMEM);
+    let mut tend = sb
+        .tend()
+        .config(&cfg)
+        .pre_exec(move || deny.install())
+        .start();
+    tend.wait_stderr("recvmsg() on the notify socket", secs(10.0));
+    let before = cpu_ticks(&mut tend);
+    std::thread::sleep(secs(2.0));
+    let cpu = cpu_ticks(&mut tend) - before;
+    let log = tend.stderr();
+    assert_eq!(
+        log.matches("recvmsg() on the notify socket").count(),
+        1,
+        "{log}"
+    );
+    assert!(log.contains("failed: ENOMEM"), "{log}");
+    // Clock ticks are 10 ms: tend tries again every 20 ms, it does not spin.
+    assert!(cpu < 50, "tend spent {cpu} ticks in 2 s");
+    assert!(!sb.is_ready());
+}
