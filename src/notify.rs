@@ -48,13 +48,15 @@ pub struct NotifySocket {
     fd: OwnedFd,
     dir: PathBuf,
     path: PathBuf,
+    /// Notifications whose control data the kernel cut (MSG_CTRUNC).
     cut_warnings: Cell<RateLimit>,
     /// Failed recvmsg() calls.
     error_warnings: Cell<RateLimit>,
     /// The current [`FLOOD_WINDOW`]: when it began, and the datagrams taken
     /// in it.
     window: Cell<Option<(Instant, usize)>>,
-    /// Not read before then: the window's quota is spent.
+    /// Not read before then: the window's quota is spent, or recvmsg()
+    /// failed.
     paused_until: Cell<Option<Instant>>,
 }
 
