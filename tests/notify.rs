@@ -195,6 +195,14 @@ ready, _, _ = select.select([r], [], [], 10)
 sys.exit(0 if ready and os.read(r, 1) == b"" else 1)
 "#;
 
+/// tend with its notify socket in the sandbox (TMPDIR), so that a tend
+/// killed at the end of a test leaves no socket directory behind.
+fn tend_in(sb: &Sandbox) -> common::TendBuilder<'_> {
+    let tmp = sb.path("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    sb.tend().env("TMPDIR", &tmp.display().to_string())
+}
+
 fn notify_config(sb: &Sandbox, command: &[String]) -> std::path::PathBuf {
     sb.config(&format!(
         "[service]\ncommand = {}\nnotify = true\nready_timeout = \"20s\"\n{}",
@@ -258,7 +266,7 @@ fn service_status(sb: &Sandbox, text: &str) {
 fn every_fd_sent_to_tend_is_closed() {
     let sb = Sandbox::new();
     let cfg = fd_sender(&sb, &[17, 17, 17, 17, 17, 253, 1]);
-    let mut tend = sb.tend().config(&cfg).start();
+    let mut tend = tend_in(&sb).config(&cfg).start();
     service_status(&sb, "waiting");
     let before = steady_fds(&mut tend);
     tend.signal(Signal::SIGUSR1);
@@ -275,7 +283,7 @@ fn every_fd_sent_to_tend_is_closed() {
 fn fds_sent_from_outside_the_service_tree_are_closed_too() {
     let sb = Sandbox::new();
     let cfg = fd_sender(&sb, &[]);
-    let mut tend = sb.tend().config(&cfg).start();
+    let mut tend = tend_in(&sb).config(&cfg).start();
     service_status(&sb, "waiting");
     let before = steady_fds(&mut tend);
     let socket = service_env(&mut tend, "NOTIFY_SOCKET");
@@ -309,8 +317,7 @@ fn fds_that_fill_tends_table_are_closed_and_the_cut_is_said_once() {
         rlim_cur: 64,
         rlim_max: 64,
     };
-    let mut tend = sb
-        .tend()
+    let mut tend = tend_in(&sb)
         .config(&cfg)
         .pre_exec(move || {
             // SAFETY: setrlimit is async-signal-safe.
@@ -460,7 +467,7 @@ fn flood(sb: &Sandbox, tend: &mut Tend, in_tends_namespace: bool) -> Flooded {
 fn a_flood_from_outside_the_service_tree_is_said_once_and_costs_little() {
     let sb = Sandbox::new();
     let cfg = fd_sender(&sb, &[]);
-    let mut tend = sb.tend().config(&cfg).start();
+    let mut tend = tend_in(&sb).config(&cfg).start();
     service_status(&sb, "waiting");
     let flooded = flood(&sb, &mut tend, true);
     let log = tend.stderr();
@@ -489,7 +496,7 @@ fn a_flood_from_outside_the_service_tree_is_said_once_and_costs_little() {
 fn a_flood_from_outside_tends_pid_namespace_costs_little() {
     let sb = Sandbox::new();
     let cfg = fd_sender(&sb, &[]);
-    let mut tend = sb.tend().config(&cfg).start();
+    let mut tend = tend_in(&sb).config(&cfg).start();
     service_status(&sb, "waiting");
     let flooded = flood(&sb, &mut tend, false);
     assert!(flooded.logged < 1024, "{}", tend.stderr());
@@ -525,7 +532,8 @@ fn a_service_that_drops_its_privileges_before_ready_can_notify() {
         common::toml_list(&argv),
         sb.readiness_toml()
     ));
-    let tend = sb.tend().config(&cfg).start();
+    // In /tmp: the service, as nobody, cannot enter the sandbox.
+    let mut tend = sb.tend().config(&cfg).start();
     sb.wait_ready(true, secs(15.0));
     assert_eq!(
         sb.status().unwrap()["service"]["status"],
@@ -533,6 +541,11 @@ fn a_service_that_drops_its_privileges_before_ready_can_notify() {
         "{}",
         tend.stderr()
     );
+    let socket = service_env(&mut tend, "NOTIFY_SOCKET");
+    tend.signal(Signal::SIGTERM);
+    tend.wait(secs(10.0));
+    let dir = std::path::Path::new(&socket).parent().unwrap();
+    assert!(!dir.exists(), "{} is left behind", dir.display());
 }
 
 /// Says STATUS= (not READY=1) per argument, then waits.
@@ -544,11 +557,18 @@ for text in sys.argv[1:]:
 signal.pause()
 "#;
 
+/// A service that says each of `said`, but never READY=1 (it has 3 s).
 fn never_ready(sb: &Sandbox, said: &[&str]) -> std::path::PathBuf {
-    let mut argv = vec!["python3".to_string(), "-c".into(), NEVER_READY.into()];
+    // Not a python3 in PATH that may be a shell script: it says what it
+    // says well within ready_timeout.
+    let mut argv = vec![
+        "/usr/bin/python3".to_string(),
+        "-c".into(),
+        NEVER_READY.into(),
+    ];
     argv.extend(said.iter().map(|s| s.to_string()));
     sb.config(&format!(
-        "[service]\ncommand = {}\nnotify = true\nready_timeout = \"1s\"\n{}",
+        "[service]\ncommand = {}\nnotify = true\nready_timeout = \"3s\"\n{}",
         common::toml_list(&argv),
         sb.readiness_toml()
     ))
@@ -564,9 +584,9 @@ fn a_start_not_ready_in_time_says_what_tend_last_heard_from_the_service() {
             "STATUS=replaying the journal",
         ],
     );
-    let tend = sb.tend().config(&cfg).start();
+    let tend = tend_in(&sb).config(&cfg).start();
     tend.wait_stderr(
-        "the service did not become ready within 1s (last heard: STATUS=replaying the journal): stopping it",
+        "the service did not become ready within 3s (last heard: STATUS=replaying the journal): stopping it",
         secs(10.0),
     );
 }
@@ -575,9 +595,9 @@ fn a_start_not_ready_in_time_says_what_tend_last_heard_from_the_service() {
 fn a_start_not_ready_in_time_says_when_nothing_was_received() {
     let sb = Sandbox::new();
     let cfg = never_ready(&sb, &[]);
-    let tend = sb.tend().config(&cfg).start();
+    let tend = tend_in(&sb).config(&cfg).start();
     tend.wait_stderr(
-        "the service did not become ready within 1s (nothing was received on NOTIFY_SOCKET from it): stopping it",
+        "the service did not become ready within 3s (nothing was received on NOTIFY_SOCKET from it): stopping it",
         secs(10.0),
     );
 }
@@ -614,8 +634,7 @@ fn a_recvmsg_that_keeps_failing_is_said_once_and_does_not_spin() {
     // tend's recvmsg on the notify socket alone: by its flags.
     let flags = (libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC) as u32;
     let deny = common::DenySyscall::new(libc::SYS_recvmsg, 2, flags, libc::ENOMEM);
-    let mut tend = sb
-        .tend()
+    let mut tend = tend_in(&sb)
         .config(&cfg)
         .pre_exec(move || deny.install())
         .start();
