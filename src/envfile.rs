@@ -6,7 +6,8 @@
 //! - a regular file of `NAME=value` lines, as Docker's `--env-file`: the
 //!   value is everything after the first `=`, verbatim (no quotes removed,
 //!   no expansion); blank lines and lines starting with `#` are skipped, and
-//!   so is whitespace at the start of a line and a `\r` at its end;
+//!   so is whitespace at the start of a line and a `\r` at its end, and a
+//!   UTF-8 byte order mark at the start of the file;
 //! - a directory with one variable per regular file, as a Kubernetes Secret
 //!   or ConfigMap volume: the file's name is the name, its content, verbatim,
 //!   the value. Names starting with `..` are the kubelet's own; when `..data`
@@ -20,7 +21,8 @@
 //! This runs on the loop thread, just before the service is spawned, so
 //! nothing here may block: every open is `O_NONBLOCK` (a FIFO opens at once,
 //! and `fstat` then refuses it), only regular files are read, and all reads
-//! together are bounded by [`MAX_BYTES`].
+//! together are bounded by [`MAX_BYTES`] and [`MAX_VARIABLES`]: the work of
+//! a start is bounded, and signals wait at most that long to be forwarded.
 //!
 //! Values may be secrets: no error quotes a value, nor any text of a line of
 //! an env file (a line that is not `NAME=value` may be part of a key pasted
@@ -43,6 +45,16 @@ use nix::sys::stat::{Mode, SFlag, fstat};
 /// above what a Kubernetes Secret can hold (1 MiB), and below the kernel's
 /// limit for a process's arguments and environment (2 MiB by default).
 pub const MAX_BYTES: usize = 1024 * 1024;
+
+/// The most variables env_from reads for one start, all paths together (a
+/// line of an env file or an entry of a directory each counts). Every one is
+/// an open, a read and a close on tend's loop: 10,000 keys of a directory
+/// take it about 40 ms, while 100,000 small keys, under [`MAX_BYTES`], took
+/// half a second and more. No program needs more in its environment.
+pub const MAX_VARIABLES: usize = 10_000;
+
+/// At most this many names are shown in the log line of a start.
+const NAMES_SHOWN: usize = 10;
 
 /// The kernel's limit for one `NAME=value` string (`MAX_ARG_STRLEN`).
 pub const MAX_VARIABLE: usize = 128 * 1024;
@@ -102,14 +114,29 @@ pub fn environment<'a>(
         return Ok(Cow::Borrowed(env));
     }
     let mut vars = read(env_from)?;
-    let names: Vec<&str> = vars.keys().map(String::as_str).collect();
     tracing::info!(
         "env_from: {} variable(s) for the service: {}",
-        names.len(),
-        names.join(" ")
+        vars.len(),
+        some_names(&vars)
     );
     vars.extend(env.iter().map(|(k, v)| (k.clone(), v.clone())));
     Ok(Cow::Owned(vars))
+}
+
+/// The first few names of `vars`, for the log: a summary, however many.
+fn some_names(vars: &BTreeMap<String, String>) -> String {
+    let shown: Vec<String> = vars
+        .keys()
+        .take(NAMES_SHOWN)
+        .map(|name| match name.char_indices().nth(64) {
+            Some((at, _)) => format!("{}…", &name[..at]),
+            None => name.clone(),
+        })
+        .collect();
+    match vars.len().saturating_sub(NAMES_SHOWN) {
+        0 => shown.join(" "),
+        more => format!("{} and {more} more", shown.join(" ")),
+    }
 }
 
 /// The variables of every path, in order: a later path wins over an
@@ -117,6 +144,7 @@ pub fn environment<'a>(
 pub fn read(paths: &[PathBuf]) -> Result<BTreeMap<String, String>, EnvFromError> {
     let mut reader = Reader {
         left: MAX_BYTES,
+        count: MAX_VARIABLES,
         vars: BTreeMap::new(),
     };
     for path in paths {
@@ -135,6 +163,8 @@ pub fn is_valid_name(name: &str) -> bool {
 struct Reader {
     /// What may still be read, of [`MAX_BYTES`].
     left: usize,
+    /// How many variables may still be read, of [`MAX_VARIABLES`].
+    count: usize,
     vars: BTreeMap<String, String>,
 }
 
@@ -164,7 +194,9 @@ impl Reader {
             Kind::File => {
                 let bytes = read_bounded(&fd, path, self.left)?;
                 self.left -= bytes.len();
-                self.vars.extend(parse(path, &bytes)?);
+                let vars = parse(path, &bytes, self.count)?;
+                self.count -= vars.len();
+                self.vars.extend(vars);
                 Ok(())
             }
             Kind::Directory => self.directory(&fd, path),
@@ -178,9 +210,10 @@ impl Reader {
     fn directory(&mut self, dir: &OwnedFd, path: &Path) -> Result<(), EnvFromError> {
         let mut attempt = 1;
         loop {
-            match read_directory(dir, path, self.left) {
+            match read_directory(dir, path, self.left, self.count) {
                 Ok((vars, spent)) => {
                     self.left -= spent;
+                    self.count -= vars.len();
                     self.vars.extend(vars);
                     return Ok(());
                 }
@@ -191,11 +224,13 @@ impl Reader {
     }
 }
 
-/// The variables of a directory and the bytes that cost, of at most `left`.
+/// The variables of a directory and the bytes that cost, of at most `left`
+/// bytes and `count` variables.
 fn read_directory(
     dir: &OwnedFd,
     path: &Path,
     left: usize,
+    count: usize,
 ) -> Result<(Vec<(String, String)>, usize), DirError> {
     let flags = OFlag::O_DIRECTORY;
     let source = match open_with(dir, "..data", flags) {
@@ -210,13 +245,22 @@ fn read_directory(
     };
     let mut listing = Dir::from_fd(source)
         .map_err(|e| EnvFromError::new(path, format!("fdopendir() failed: {e}")))?;
-    let mut spent = 0;
+    let (mut spent, mut listed) = (0, 0);
     let mut names = Vec::new();
     for entry in listing.iter() {
         let entry = entry.map_err(|e| EnvFromError::new(path, format!("readdir() failed: {e}")))?;
         let name = entry.file_name().to_bytes();
-        // `.`, `..`, and the kubelet's `..data`, `..2026_...`.
-        if name.starts_with(b".") && (name.len() == 1 || name.starts_with(b"..")) {
+        if name == b"." || name == b".." {
+            continue;
+        }
+        // Every entry counts, so that a huge directory costs only its
+        // listing, and only that far, before a single key is read.
+        listed += 1;
+        if listed > count {
+            return Err(too_many(path).into());
+        }
+        // The kubelet's `..data`, `..2026_...`.
+        if name.starts_with(b"..") {
             continue;
         }
         spent += name.len() + 1;
@@ -280,8 +324,12 @@ fn read_directory(
     Ok((vars, spent))
 }
 
-/// The variables of an env file's text. No error quotes the text.
-fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<(String, String)>, EnvFromError> {
+/// The variables of an env file's text, at most `count` of them. No error
+/// quotes the text.
+fn parse(path: &Path, bytes: &[u8], count: usize) -> Result<Vec<(String, String)>, EnvFromError> {
+    // A byte order mark, as Windows editors write: Docker's --env-file and
+    // kubectl's --from-env-file skip it too. Only at the very start.
+    let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
     let mut vars = Vec::new();
     for (i, raw) in bytes.split(|&b| b == b'\n').enumerate() {
         let n = i + 1;
@@ -304,6 +352,9 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<(String, String)>, EnvFromErro
             return Err(EnvFromError::at_line(path, n, bad_name(name)));
         }
         check_value(name, value).map_err(|problem| EnvFromError::at_line(path, n, problem))?;
+        if vars.len() == count {
+            return Err(too_many(path));
+        }
         vars.push((name.to_string(), value.to_string()));
     }
     Ok(vars)
@@ -419,6 +470,16 @@ fn too_much(path: &Path) -> EnvFromError {
     )
 }
 
+fn too_many(path: &Path) -> EnvFromError {
+    EnvFromError::new(
+        path,
+        format!(
+            "env_from holds more than {MAX_VARIABLES} variables in all, its limit: each one is \
+             read at every start; mount a volume with more keys as files for the service to read"
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -508,6 +569,24 @@ mod tests {
         let e = read_one(&p).unwrap_err();
         assert_eq!(e.line, Some(2));
         assert!(e.problem.contains("UTF-8"), "{e}");
+    }
+
+    #[test]
+    fn a_byte_order_mark_at_the_start_of_an_env_file_is_skipped_and_nowhere_else() {
+        let d = dir();
+        let p = d.path().join("env");
+        fs::write(&p, "\u{feff}A=1\r\nB=\u{feff}kept\r\n").unwrap();
+        assert_eq!(
+            read_one(&p).unwrap(),
+            vars(&[("A", "1"), ("B", "\u{feff}kept")])
+        );
+        let e = file_error("A=1\n\u{feff}B=2\n");
+        assert_eq!(e.line, Some(2), "{e}");
+        assert!(e.problem.contains("not a variable name"), "{e}");
+        // In the directory form a value is taken verbatim, a mark included.
+        fs::remove_file(&p).unwrap();
+        fs::write(d.path().join("TOKEN"), "\u{feff}x").unwrap();
+        assert_eq!(read_one(d.path()).unwrap(), vars(&[("TOKEN", "\u{feff}x")]));
     }
 
     #[test]
@@ -654,6 +733,73 @@ mod tests {
         fs::write(&long, format!("A={}", "x".repeat(MAX_VARIABLE))).unwrap();
         let e = read_one(&long).unwrap_err();
         assert!(e.problem.contains("at most 128 KiB per variable"), "{e}");
+    }
+
+    /// A directory of `n` keys K00000, K00001, ...
+    fn keys(n: usize) -> tempfile::TempDir {
+        let d = dir();
+        for i in 0..n {
+            fs::write(d.path().join(format!("K{i:05}")), "v").unwrap();
+        }
+        d
+    }
+
+    #[test]
+    fn the_number_of_variables_is_bounded_for_all_paths_together() {
+        let full = keys(MAX_VARIABLES);
+        assert_eq!(read_one(full.path()).unwrap().len(), MAX_VARIABLES);
+        // Entries that are no variables count too: the listing is bounded.
+        fs::write(full.path().join("..kubelet_like"), "v").unwrap();
+        let e = read_one(full.path()).unwrap_err();
+        assert_eq!(e.path, full.path());
+        assert_eq!(e.line, None);
+        assert!(
+            e.to_string()
+                .contains("holds more than 10000 variables in all, its limit"),
+            "{e}"
+        );
+
+        let d = dir();
+        let lines = |n: usize| (0..n).map(|i| format!("V{i}=x\n")).collect::<String>();
+        let file = d.path().join("env");
+        fs::write(&file, lines(MAX_VARIABLES)).unwrap();
+        assert_eq!(read_one(&file).unwrap().len(), MAX_VARIABLES);
+        fs::write(
+            &file,
+            format!("# comments do not count\n{}", lines(MAX_VARIABLES + 1)),
+        )
+        .unwrap();
+        assert!(
+            read_one(&file)
+                .unwrap_err()
+                .problem
+                .contains("more than 10000 variables")
+        );
+        // A line that sets a name again counts again: the work is the bound.
+        fs::write(&file, "A=1\n".repeat(MAX_VARIABLES + 1)).unwrap();
+        assert!(read_one(&file).is_err());
+
+        // All paths together: a full file, then one key more.
+        fs::write(&file, lines(MAX_VARIABLES)).unwrap();
+        let other = keys(1);
+        let e = read(&[file, other.path().to_path_buf()]).unwrap_err();
+        assert_eq!(e.path, other.path(), "where the limit was crossed");
+    }
+
+    #[test]
+    fn the_log_shows_a_few_names_and_how_many_more() {
+        let some = |names: &[String]| {
+            some_names(&names.iter().map(|n| (n.clone(), String::new())).collect())
+        };
+        assert_eq!(some(&["B".into(), "A".into()]), "A B");
+        let many: Vec<String> = (0..100_000).map(|i| format!("K{i:06}")).collect();
+        assert_eq!(
+            some(&many),
+            "K000000 K000001 K000002 K000003 K000004 K000005 K000006 K000007 K000008 K000009 \
+             and 99990 more"
+        );
+        let long = "L".repeat(100_000);
+        assert_eq!(some(&[long]), format!("{}…", "L".repeat(64)));
     }
 
     #[test]

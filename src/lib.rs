@@ -14,6 +14,7 @@ pub mod log;
 pub mod notify;
 pub mod probe;
 pub mod process;
+pub mod ratelimit;
 pub mod show;
 pub mod signals;
 pub mod sockets;

@@ -421,6 +421,7 @@ impl Supervisor {
             self.core.deadline(),
             self.readiness.deadline(),
             self.http.as_ref().and_then(HttpServer::deadline),
+            self.notify.as_ref().and_then(NotifySocket::deadline),
         ]
         .into_iter()
         .flatten()
@@ -445,10 +446,14 @@ impl Supervisor {
                     .into_iter()
                     .map(|(fd, flags)| PollFd::new(fd, flags)),
             );
-            let notify_at = self.notify.as_ref().map(|n| {
-                fds.push(PollFd::new(n.fd(), PollFlags::POLLIN));
-                fds.len() - 1
-            });
+            let notify_at = self
+                .notify
+                .as_ref()
+                .and_then(|n| n.poll_fd(Instant::now()))
+                .map(|fd| {
+                    fds.push(PollFd::new(fd, PollFlags::POLLIN));
+                    fds.len() - 1
+                });
             let http_fds = self.http.as_ref().map(HttpServer::poll_fds);
             let http_at = fds.len();
             let http_n = http_fds.as_ref().map_or(0, Vec::len);
@@ -498,13 +503,23 @@ impl Supervisor {
         if signals {
             self.read_signals(events);
         }
-        if notify && let Some(n) = &self.notify {
-            for (pid, datagram) in n.recv() {
-                events.push_back(Event::Notify {
-                    chain: notify::ancestry(pid),
-                    message: Notification::parse(&datagram),
-                });
+        if let Some(n) = &self.notify {
+            if notify {
+                // A flood comes from one sender: /proc is read for it once
+                // per batch, not once per datagram.
+                let mut last: Option<(Pid, Vec<Pid>)> = None;
+                for (pid, datagram) in n.recv() {
+                    let chain = match &last {
+                        Some((p, chain)) if *p == pid => chain.clone(),
+                        _ => last.insert((pid, notify::ancestry(pid))).1.clone(),
+                    };
+                    events.push_back(Event::Notify {
+                        chain,
+                        message: Notification::parse(&datagram),
+                    });
+                }
             }
+            n.tick(now);
         }
         self.readiness.retry(now);
         let (scans, done) = self.watcher.pump(&watcher);

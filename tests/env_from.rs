@@ -28,13 +28,30 @@ fn path(p: &Path) -> String {
 
 /// A config running the service with `--env NAME` for each of `names`.
 fn config(sb: &Sandbox, names: &[&str], service: &str, rest: &str) -> std::path::PathBuf {
+    config_with(sb, None, names, service, rest)
+}
+
+/// [`config`], with the service run by the `python` given: with thousands
+/// of variables, a python3 in PATH that is a shell script (pyenv's shim)
+/// takes seconds to start.
+fn config_with(
+    sb: &Sandbox,
+    python: Option<&str>,
+    names: &[&str],
+    service: &str,
+    rest: &str,
+) -> std::path::PathBuf {
     let mut args = Vec::new();
     for n in names {
         args.extend(["--env", n]);
     }
+    let mut argv = sb.service(&args);
+    if let Some(python) = python {
+        argv[0] = python.into();
+    }
     sb.config(&format!(
         "[service]\ncommand = {}\n{service}\n{}\n{rest}",
-        sb.service_toml(&args),
+        toml_list(&argv),
         sb.readiness_toml()
     ))
 }
@@ -57,6 +74,22 @@ fn an_env_file_gives_the_service_its_variables_verbatim() {
     assert_eq!(seen(&sb, "DB_OPTS"), ["\"sslmode=require\" # kept"]);
     assert_eq!(seen(&sb, "DB_EMPTY"), [""]);
     assert_eq!(seen(&sb, "OTHER"), ["unset"]);
+}
+
+/// As Windows editors save it: a byte order mark, CRLF line ends.
+#[test]
+fn an_env_file_saved_with_a_byte_order_mark_gives_its_variables() {
+    let sb = Sandbox::new();
+    let env = sb.write("app.env", "\u{feff}DB_HOST=db.internal\r\nDB_PORT=5432\r\n");
+    let cfg = config(
+        &sb,
+        &["DB_HOST", "DB_PORT"],
+        &format!("env_from = [{:?}]", path(&env)),
+        "",
+    );
+    let _tend = sb.tend().config(&cfg).start_ready();
+    assert_eq!(seen(&sb, "DB_HOST"), ["db.internal"]);
+    assert_eq!(seen(&sb, "DB_PORT"), ["5432"]);
 }
 
 #[test]
@@ -300,4 +333,141 @@ fn a_published_secret_the_service_could_not_start_with_is_rejected_and_a_crash_k
             "the status shows a value: {status}"
         );
     }
+}
+
+/// The system's python3, a program (scripts/install-deps installs it).
+const PYTHON: &str = "/usr/bin/python3";
+
+/// A directory of `n` small keys K00000, K00001, ...
+fn keys(sb: &Sandbox, name: &str, n: usize) -> std::path::PathBuf {
+    let dir = sb.path(name);
+    fs::create_dir(&dir).unwrap();
+    for i in 0..n {
+        fs::write(dir.join(format!("K{i:05}")), "value").unwrap();
+    }
+    dir
+}
+
+/// A volume of 100,000 small keys (under the 1 MiB bound) is refused at
+/// once, without reading a key, and the log stays short.
+#[test]
+fn more_variables_than_env_from_takes_stop_the_first_start_with_exit_2() {
+    let sb = Sandbox::new();
+    let vol = keys(&sb, "huge", 100_000);
+    let cfg = config(&sb, &[], &format!("env_from = [{:?}]", path(&vol)), "");
+    let (code, _, err) = sb.tend().config(&cfg).run(secs(20.0));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!(
+            "cannot start the service: env_from {}: env_from holds more than 10000 variables in all, its limit",
+            path(&vol)
+        )),
+        "{err}"
+    );
+    assert!(err.len() < 4096, "{} bytes of log", err.len());
+    assert!(sb.log("service start").is_empty(), "nothing was started");
+}
+
+#[test]
+fn the_log_names_a_few_variables_of_a_large_env_from_and_counts_the_rest() {
+    let sb = Sandbox::new();
+    let vol = keys(&sb, "keys", tend::envfile::MAX_VARIABLES);
+    let cfg = config_with(
+        &sb,
+        Some(PYTHON),
+        &["K09999"],
+        &format!("env_from = [{:?}]", path(&vol)),
+        "",
+    );
+    let tend = sb.tend().config(&cfg).start_ready();
+    assert_eq!(seen(&sb, "K09999"), ["value"]);
+    let err = tend.wait_stderr(
+        "env_from: 10000 variable(s) for the service: K00000 K00001 K00002 K00003 K00004 \
+         K00005 K00006 K00007 K00008 K00009 and 9990 more",
+        secs(1.0),
+    );
+    assert!(err.len() < 4096, "{} bytes of log:\n{err}", err.len());
+}
+
+/// CLOCK_MONOTONIC, which the service's `t=` is read from too.
+fn monotonic() -> std::time::Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes `t`.
+    assert_eq!(
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) },
+        0
+    );
+    std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// Whether tend holds `dir` open now: it is reading it.
+fn reading(tend: &mut Tend, dir: &Path) -> bool {
+    let Ok(fds) = fs::read_dir(format!("/proc/{}/fd", tend.pid())) else {
+        return false;
+    };
+    fds.flatten()
+        .any(|fd| fs::read_link(fd.path()).is_ok_and(|target| target == dir))
+}
+
+/// env_from is read on tend's loop at every start; at its limit that must
+/// still leave signals forwarded: a SIGUSR1 that arrives while a restart
+/// reads 10,000 keys reaches the instance that serves (an overlap restart:
+/// the old one serves until the new one passes ready_check).
+#[test]
+fn a_signal_sent_while_a_start_reads_the_largest_env_from_is_forwarded() {
+    let sb = Sandbox::new();
+    let vol = keys(&sb, "keys", tend::envfile::MAX_VARIABLES);
+    let conf = sb.write("app.conf", "v0");
+    let serving = sb.write("serving", "");
+    let cfg = config_with(
+        &sb,
+        Some(PYTHON),
+        &["K09999"],
+        &format!(
+            "env_from = [{:?}]\nrestart_mode = \"overlap\"\nready_check = [\"test\", \"-e\", {:?}]\n\
+             ready_timeout = \"60s\"",
+            path(&vol),
+            path(&serving)
+        ),
+        &format!(
+            "[[watch]]\nname = \"app\"\npaths = [{:?}]\non_change = \"restart\"\n",
+            path(&conf)
+        ),
+    );
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    // The new instance will not pass ready_check: the old one serves on.
+    fs::remove_file(&serving).unwrap();
+    fs::write(&conf, "v1").unwrap();
+    let sent = wait_every(
+        std::time::Duration::from_micros(200),
+        "tend to read env_from for the new instance",
+        secs(20.0),
+        || {
+            assert_eq!(
+                sb.log("service start").len(),
+                1,
+                "the read was over before it was seen"
+            );
+            reading(&mut tend, &vol).then(|| {
+                tend.signal(nix::sys::signal::Signal::SIGUSR1);
+                monotonic()
+            })
+        },
+    );
+    let line = sb.wait_log("service sig SIGUSR1", 1, secs(10.0)).remove(0);
+    sb.wait_log("service start", 2, secs(10.0));
+    let t: f64 = line
+        .split(" t=")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|t| t.parse().ok())
+        .unwrap();
+    println!(
+        "SIGUSR1 reached the service {:.1} ms after it was sent",
+        (t - sent.as_secs_f64()) * 1000.0
+    );
+    assert_eq!(seen(&sb, "K09999"), ["value", "value"]);
 }

@@ -182,7 +182,10 @@ fn with_notify_a_ready_1_from_outside_the_service_is_ignored() {
         "READY=1 from the test process does not count"
     );
     // The service itself never says READY=1: its start fails.
-    tend.wait_stderr("did not become ready within 2s: stopping it", secs(10.0));
+    tend.wait_stderr(
+        "did not become ready within 2s (nothing was received on NOTIFY_SOCKET from it): stopping it",
+        secs(10.0),
+    );
     sb.wait_log("service start", 2, secs(10.0));
 }
 
@@ -250,7 +253,7 @@ fn with_notify_a_signal_reload_is_applied_once_sent_and_a_reload_the_service_ann
     // and the restart policy (never) ends tend with its status.
     project(&vol, &[("app.conf", "stall")]);
     tend.wait_stderr(
-        "sent RELOADING=1 but no READY=1 within 1s: stopping it",
+        "sent RELOADING=1 but no READY=1 within 1s (last heard: STATUS=serving v1): stopping it",
         secs(10.0),
     );
     assert_eq!(tend.wait(secs(10.0)), 128 + libc::SIGTERM);

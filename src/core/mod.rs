@@ -43,6 +43,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use crate::config::{self, Action};
+use crate::ratelimit::{self, RateLimit};
 use crate::signals::{self, Role};
 use metrics::{CheckOutcome, Metrics};
 pub use protocol::{
@@ -52,6 +53,10 @@ pub use protocol::{
 use service::{Owned, Service, Stage};
 use status::{ServiceStatus, State, Status, WatchResult};
 use watch::{Rng, ServiceView, Watch};
+
+/// Notifications from outside the service's process tree are said at most
+/// this often (a flood from a `kubectl exec` shell), with a count.
+const IGNORED_WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// How long processes left in the container get to die after SIGKILL before
 /// tend exits anyway (the kernel kills them all when PID 1 exits).
@@ -171,6 +176,8 @@ pub struct Core {
     /// Reloads that ended since the last event: the watch's change applied
     /// (true), or rejected or failed.
     outcomes: Vec<bool>,
+    /// The warning for notifications from outside the services' trees.
+    ignored_notifications: RateLimit,
     out: Vec<Command>,
 }
 
@@ -203,6 +210,7 @@ impl Core {
             rng: Rng(settings.seed),
             metrics: Metrics::new(watches.len()),
             outcomes: Vec::new(),
+            ignored_notifications: RateLimit::new(IGNORED_WARN_EVERY),
             out: Vec::new(),
         }
     }
@@ -310,7 +318,11 @@ impl Core {
             .iter()
             .filter_map(|w| w.deadline(self.view(w.service)))
             .min();
-        [phase, jobs, services, watches].into_iter().flatten().min()
+        let said = self.ignored_notifications.due();
+        [phase, jobs, services, watches, said]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     // ------------------------------------------------------------ routing
@@ -547,6 +559,17 @@ impl Core {
                 signals::describe(signo)
             ),
         }
+    }
+
+    /// What tend last heard on NOTIFY_SOCKET from instance `pid` of a
+    /// service (see [`Service::last_heard`]).
+    #[cfg(test)]
+    fn last_heard(&self, pid: Pid) -> String {
+        self.services
+            .iter()
+            .find(|s| s.owns(pid).is_some())
+            .unwrap_or(&self.services[self.main.0])
+            .last_heard(pid)
     }
 
     /// The process of the main service that gets forwarded signals.
@@ -950,10 +973,11 @@ impl Core {
         }
         if stopping {
             tracing::debug!("a notification from an instance being stopped: nothing to do");
-        } else {
+        } else if let Some(held) = self.ignored_notifications.allow(now.mono) {
             tracing::warn!(
                 pid = chain.first().map(|p| p.as_raw()),
-                "ignored a notification from a process outside the service's process tree"
+                "ignored a notification from a process outside the service's process tree{}",
+                ratelimit::held_back(held, IGNORED_WARN_EVERY)
             );
         }
     }
@@ -961,6 +985,11 @@ impl Core {
     // ------------------------------------------------------------ time
 
     fn on_time(&mut self, now: Now) {
+        if let Some(held) = self.ignored_notifications.flush(now.mono) {
+            tracing::warn!(
+                "ignored {held} more notification(s) from processes outside the service's process tree"
+            );
+        }
         let mut overdue = Vec::new();
         for j in &mut self.jobs {
             if !j.timed_out && now.mono >= j.started + j.timeout {

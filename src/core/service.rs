@@ -179,6 +179,8 @@ struct Instance {
     probe: Probe,
     /// Its last STATUS= (with notify).
     status: Option<String>,
+    /// Something came on NOTIFY_SOCKET from its process tree.
+    heard: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -419,6 +421,7 @@ impl Service {
                     reload: None,
                     probe: self.probe_now(now),
                     status: None,
+                    heard: false,
                 };
                 match std::mem::replace(&mut self.state, State::Down) {
                     State::Running(old) if overlap => {
@@ -610,6 +613,7 @@ impl Service {
         let Some(inst) = self.current_mut(pid) else {
             return;
         };
+        inst.heard = true;
         if let Some(text) = message.status {
             tracing::debug!(pid = pid.as_raw(), status = text, "service status");
             inst.status = Some(text);
@@ -923,7 +927,8 @@ impl Service {
                 if let Some(what) = overdue {
                     tracing::error!(
                         pid = inst.pid.as_raw(),
-                        "{what} {ready_timeout:?}: stopping it"
+                        "{what} {ready_timeout:?}{}: stopping it",
+                        last_heard(inst, self.cfg.notify)
                     );
                     let State::Running(mut inst) = std::mem::replace(&mut self.state, State::Down)
                     else {
@@ -947,7 +952,8 @@ impl Service {
                 };
                 tracing::error!(
                     pid = new.pid.as_raw(),
-                    "the new instance did not become ready within {ready_timeout:?}: it is stopped and the old one keeps serving"
+                    "the new instance did not become ready within {ready_timeout:?}{}: it is stopped and the old one keeps serving",
+                    last_heard(&new, self.cfg.notify)
                 );
                 self.retire(new.pid, cx);
                 self.state = State::Running(old);
@@ -1116,6 +1122,23 @@ impl Service {
         }
     }
 
+    /// What tend last heard on NOTIFY_SOCKET from instance `pid`, for the
+    /// line that says it was not ready in time (nothing without notify).
+    pub fn last_heard(&self, pid: Pid) -> String {
+        let inst = self
+            .instances()
+            .find(|i| i.pid == pid)
+            .or(match &self.state {
+                State::Stopping { inst, .. } if inst.pid == pid => Some(inst),
+                _ => None,
+            });
+        match inst {
+            Some(i) => last_heard(i, self.cfg.notify),
+            None if self.cfg.notify => NOTHING_HEARD.to_string(),
+            None => String::new(),
+        }
+    }
+
     /// The last STATUS= of the serving instance.
     pub fn status_text(&self) -> Option<String> {
         match &self.state {
@@ -1148,6 +1171,20 @@ impl Service {
             ready: false,
         }));
         out
+    }
+}
+
+const NOTHING_HEARD: &str = " (nothing was received on NOTIFY_SOCKET from it)";
+
+/// What tend last heard from `inst`, as the end of a log line.
+fn last_heard(inst: &Instance, notify: bool) -> String {
+    if !notify {
+        return String::new();
+    }
+    match &inst.status {
+        Some(status) => format!(" (last heard: STATUS={})", crate::text::summary(status)),
+        None if inst.heard => " (it sent notifications, none with READY=1 or STATUS=)".into(),
+        None => NOTHING_HEARD.into(),
     }
 }
 

@@ -988,6 +988,76 @@ fn a_notification_from_outside_the_service_tree_is_ignored() {
     assert!(!f.state().1);
 }
 
+/// The warning for a flood from outside is rate-limited: the count of what
+/// was held back is due once the interval is over, and only then is there
+/// a timer.
+#[test]
+fn a_flood_from_outside_the_service_tree_holds_a_timer_only_while_a_count_is_due() {
+    let mut f = notifying(SIGNAL, false);
+    assert_eq!(f.core.deadline(), None, "ready and idle");
+    let outside = |f: &mut Fake| {
+        f.send(Event::Notify {
+            chain: vec![Pid::from_raw(5000), Pid::from_raw(1)],
+            message: Notification::parse(b"READY=1\nSTATUS=not the service"),
+        })
+    };
+    outside(&mut f);
+    assert_eq!(f.core.deadline(), None, "the first one is said at once");
+    for _ in 0..1000 {
+        outside(&mut f);
+        f.elapsed += Duration::from_millis(1);
+    }
+    assert_eq!(
+        f.core.ignored_notifications.due(),
+        Some(f.t0 + IGNORED_WARN_EVERY)
+    );
+    assert_eq!(f.core.deadline(), Some(f.t0 + IGNORED_WARN_EVERY));
+    f.at_deadline();
+    assert_eq!(f.core.deadline(), None, "said: no timer left");
+    assert_eq!(f.state(), (State::Ready, true));
+    assert_eq!(f.core.status().service.status.as_deref(), Some("serving"));
+}
+
+#[test]
+fn a_start_not_ready_in_time_is_told_with_what_tend_last_heard_from_it() {
+    let mut f = Fake::custom("[service]\nrestart = \"on-failure\"\n", true, |s| {
+        s.notify = true;
+        s.ready_timeout = Duration::from_secs(5);
+    });
+    f.tick();
+    let svc = f.service();
+    let nothing = " (nothing was received on NOTIFY_SOCKET from it)";
+    assert_eq!(f.core.last_heard(svc), nothing);
+    f.send(Event::Notify {
+        chain: vec![Pid::from_raw(5000), Pid::from_raw(1)],
+        message: Notification::parse(b"STATUS=from outside"),
+    });
+    assert_eq!(f.core.last_heard(svc), nothing, "not from the service");
+    notify(&mut f, svc, "MAINPID=4");
+    assert_eq!(
+        f.core.last_heard(svc),
+        " (it sent notifications, none with READY=1 or STATUS=)"
+    );
+    notify(&mut f, svc, "STATUS=loading \x1b[2Jthe cache");
+    notify(&mut f, svc, "EXTEND_TIMEOUT_USEC=1");
+    assert_eq!(
+        f.core.last_heard(svc),
+        " (last heard: STATUS=loading \\x1b[2Jthe cache)",
+        "the last STATUS=, escaped"
+    );
+    f.at_deadline();
+    f.exit(svc, ExitStatus::Code(0));
+    assert_eq!(
+        f.core.last_heard(svc),
+        nothing,
+        "forgotten with the process"
+    );
+    // Without notify there is nothing to tell.
+    let mut f = Fake::custom("", true, |s| s.ready_check = Some(vec!["probe".into()]));
+    f.tick();
+    assert_eq!(f.core.last_heard(f.service()), "");
+}
+
 #[test]
 fn a_start_not_ready_within_ready_timeout_has_failed() {
     let mut f = Fake::custom("[service]\nrestart = \"on-failure\"\n", true, |s| {
