@@ -221,7 +221,7 @@ impl std::error::Error for BindError {}
 #[derive(Debug)]
 pub struct Held {
     fds: Vec<OwnedFd>,
-    names: String,
+    names: Vec<String>,
 }
 
 impl Held {
@@ -230,9 +230,14 @@ impl Held {
         self.fds.len()
     }
 
-    /// `LISTEN_FDNAMES`: the names joined by ':'.
-    pub fn names(&self) -> &str {
-        &self.names
+    /// `LISTEN_FDNAMES` for the sockets `which` (indices, in that order):
+    /// their names joined by ':'.
+    pub fn names(&self, which: &[usize]) -> String {
+        which
+            .iter()
+            .map(|&i| self.names[i].as_str())
+            .collect::<Vec<_>>()
+            .join(":")
     }
 
     /// Where socket `i` actually listens (a TCP port 0 becomes the port the
@@ -274,10 +279,9 @@ pub fn bind_all(specs: &[SocketSpec]) -> Result<Held, BindError> {
         listen: specs[i].listen.clone(),
         reason,
     })?;
-    let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
     Ok(Held {
         fds,
-        names: names.join(":"),
+        names: specs.iter().map(|s| s.name.clone()).collect(),
     })
 }
 

@@ -33,7 +33,7 @@ use crate::notify::{self, NotifySocket};
 use crate::probe;
 use crate::process::job::Job;
 use crate::process::reaper;
-use crate::process::spawn::{self, Output, Spec};
+use crate::process::spawn::{self, Output, Sockets, Spec};
 use crate::signals;
 use crate::sockets::Held;
 use crate::status::ReadinessFiles;
@@ -76,8 +76,9 @@ struct Launch {
     /// read /dev/null.
     main: bool,
     take_terminal: bool,
-    /// Whether it gets the held sockets.
-    sockets: bool,
+    /// The held sockets it gets as fds 3.., as indices of the config's
+    /// `[[socket]]` list.
+    sockets: Vec<usize>,
     /// What it gets besides `env`: NOTIFY_SOCKET, its user's HOME, USER and
     /// LOGNAME.
     extra_env: Vec<(String, String)>,
@@ -149,7 +150,9 @@ impl Supervisor {
                 working_dir: s.working_dir.clone(),
                 main,
                 take_terminal: main && take_terminal,
-                sockets: config.sockets.iter().any(|k| k.service == i),
+                sockets: (0..config.sockets.len())
+                    .filter(|&k| config.sockets[k].service == i)
+                    .collect(),
                 extra_env,
                 // tend's own user needs no switch (nor could make one).
                 user: account.filter(|a| tend_uid == 0 || a.uid != tend_uid),
@@ -362,16 +365,30 @@ impl Supervisor {
                     working_dir: launch.working_dir.as_deref(),
                     take_terminal: launch.take_terminal,
                     output: Output::Inherit,
-                    sockets: launch.sockets.then_some(&self.sockets),
+                    sockets: Some(Sockets {
+                        held: &self.sockets,
+                        which: &launch.sockets,
+                    }),
                     extra_env: &launch.extra_env,
                     stdin_null: !launch.main,
                     user: launch.user.as_ref(),
                     fds: spawn::Fds::Inherited,
                 })
             }
-            SpawnKind::Job(id) => {
+            SpawnKind::Job(id) | SpawnKind::JobWithSockets(id) => {
                 let launch = &self.services[id.0];
-                Job::start(argv, &launch.env, extra_env, launch.working_dir.as_deref()).map(|job| {
+                let sockets = matches!(kind, SpawnKind::JobWithSockets(_)).then_some(Sockets {
+                    held: &self.sockets,
+                    which: &launch.sockets,
+                });
+                Job::start(
+                    argv,
+                    &launch.env,
+                    extra_env,
+                    launch.working_dir.as_deref(),
+                    sockets,
+                )
+                .map(|job| {
                     let pid = job.pid();
                     self.jobs.push(job);
                     pid

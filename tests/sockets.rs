@@ -17,7 +17,7 @@ use common::alone::alone;
 use common::{secs, wait_for};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
-use tend::process::spawn::{self, Fds, Output, SpawnError, Spec};
+use tend::process::spawn::{self, Fds, Output, Sockets, SpawnError, Spec};
 use tend::sockets::{self, Held, Listen, SocketSpec};
 
 /// Writes what the process sees (its pid, its open fds among 0..64, the
@@ -74,6 +74,22 @@ fn start_with(
     argv: &[String],
     env: &BTreeMap<String, String>,
     sockets: Option<&Held>,
+    fds: Fds,
+) -> Pid {
+    let all: Vec<usize> = (0..sockets.map_or(0, Held::count)).collect();
+    start_some(
+        argv,
+        env,
+        sockets.map(|held| Sockets { held, which: &all }),
+        fds,
+    )
+}
+
+/// Starts `argv` with `sockets` (some of the held ones, in some order).
+fn start_some(
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+    sockets: Option<Sockets<'_>>,
     fds: Fds,
 ) -> Pid {
     spawn::spawn(Spec {
@@ -161,7 +177,7 @@ fn the_service_gets_the_sockets_as_fds_3_and_up_with_listen_variables() {
             let held = sockets::bind_all(&[tcp("http", "127.0.0.1:0"), unix("admin", &path, None)])
                 .unwrap();
             assert_eq!(held.count(), 2);
-            assert_eq!(held.names(), "http:admin");
+            assert_eq!(held.names(&[0, 1]), "http:admin");
             assert!(
                 is_socket(3) && is_socket(4),
                 "the sockets are at fds 3 and 4"
@@ -189,6 +205,55 @@ fn the_service_gets_the_sockets_as_fds_3_and_up_with_listen_variables() {
             conn.set_read_timeout(Some(secs(20.0))).unwrap();
             assert_eq!(ask(&mut conn), format!("1 from {pid}"));
             assert_eq!(exit_code(pid), 0);
+        },
+    );
+}
+
+/// Several services: each gets its own sockets, as fds 3.. in its own
+/// order, whatever fds tend holds them at.
+#[test]
+fn a_service_gets_only_its_own_sockets_as_fds_3_and_up_in_its_order() {
+    alone(
+        "a_service_gets_only_its_own_sockets_as_fds_3_and_up_in_its_order",
+        || {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("admin.sock");
+            let held = sockets::bind_all(&[
+                tcp("http", "127.0.0.1:0"),
+                tcp("metrics", "127.0.0.1:0"),
+                unix("admin", &path, None),
+            ])
+            .unwrap();
+            let (http, metrics) = (tcp_port(&held, 0), tcp_port(&held, 1));
+            let report = dir.path().join("report.json");
+            let sockets = Sockets {
+                held: &held,
+                which: &[2, 0],
+            };
+            let pid = start_some(
+                &reporter(&report),
+                &BTreeMap::new(),
+                Some(sockets),
+                Fds::Inherited,
+            );
+            let seen = read_report(&report);
+            assert_eq!(seen["env"]["LISTEN_FDS"], "2");
+            assert_eq!(seen["env"]["LISTEN_FDNAMES"], "admin:http");
+            assert_eq!(
+                fds(&seen),
+                [0, 1, 2, 3, 4],
+                "its two sockets, nothing of the third"
+            );
+            let mut conn = UnixStream::connect(&path).unwrap();
+            conn.set_read_timeout(Some(secs(20.0))).unwrap();
+            assert_eq!(ask(&mut conn), format!("0 from {pid}"), "admin is its fd 3");
+            let mut conn = TcpStream::connect_timeout(&http, secs(10.0)).unwrap();
+            conn.set_read_timeout(Some(secs(20.0))).unwrap();
+            assert_eq!(ask(&mut conn), format!("1 from {pid}"), "http is its fd 4");
+            assert_eq!(exit_code(pid), 0);
+            // tend still holds all three where they were.
+            assert!(is_socket(3) && is_socket(4) && is_socket(5));
+            assert_eq!(tcp_port(&held, 1), metrics);
         },
     );
 }
@@ -368,7 +433,10 @@ fn a_spawn_with_sockets_searches_path_and_fails_like_any_spawn() {
                     working_dir: None,
                     take_terminal: false,
                     output: Output::Inherit,
-                    sockets: Some(&held),
+                    sockets: Some(Sockets {
+                        held: &held,
+                        which: &[0],
+                    }),
                     extra_env: &[],
                     stdin_null: false,
                     user: None,

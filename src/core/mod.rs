@@ -333,7 +333,10 @@ impl Core {
         let stage = s.stage();
         ServiceView {
             stopping: !matches!(self.phase, Phase::Running),
-            runs: matches!(stage, Stage::Running { .. } | Stage::Overlapping),
+            runs: matches!(
+                stage,
+                Stage::Running { .. } | Stage::Reloading | Stage::Overlapping
+            ),
             serving: matches!(stage, Stage::Running { ready: true }),
             down: matches!(stage, Stage::Down { .. }),
             first: matches!(stage, Stage::Down { first: true }),
@@ -374,13 +377,19 @@ impl Core {
                     env,
                     timeout,
                 } => {
-                    let service = self.watches[id.0].service;
-                    self.spawn_job(
+                    let w = &self.watches[id.0];
+                    let kind = if w.config().check_sockets {
+                        SpawnKind::JobWithSockets(w.service)
+                    } else {
+                        SpawnKind::Job(w.service)
+                    };
+                    let token = self.token(Pending::Job(JobRole::Check(id, fp), timeout));
+                    self.out.push(Command::Spawn {
+                        token,
                         argv,
+                        kind,
                         env,
-                        service,
-                        Pending::Job(JobRole::Check(id, fp), timeout),
-                    );
+                    });
                 }
                 watch::Output::Verify { fp, timeout } => {
                     let w = &self.watches[id.0];
@@ -1192,6 +1201,7 @@ impl Core {
             (_, Stage::Down { first: true }) => State::Starting,
             (_, Stage::Running { ready: false }) if main.restarts() == 0 => State::Starting,
             (_, Stage::Running { ready: false } | Stage::Failing) => State::Restarting,
+            (_, Stage::Reloading) => State::Reloading,
             _ if waiting_for.is_some_and(|s| s.restarts() == 0 && s.last_exit().is_none()) => {
                 State::Starting
             }
@@ -1282,6 +1292,7 @@ fn service_entry(s: &Service, main: bool) -> status::ServiceEntry {
         Stage::BackingOff => "backing_off",
         Stage::Running { ready: false } => "starting",
         Stage::Running { ready: true } => "running",
+        Stage::Reloading => "reloading",
         Stage::Overlapping | Stage::Restarting => "restarting",
         Stage::Failing => "failing",
         Stage::Stopping => "stopping",

@@ -269,6 +269,9 @@ pub enum SpawnKind {
     /// service: its environment and working_dir, tend's user, output
     /// collected, stdin empty.
     Job(ServiceId),
+    /// A check with `check_sockets`: a job that also gets the service's
+    /// listening sockets as fds 3.. with `LISTEN_*`.
+    JobWithSockets(ServiceId),
 }
 
 /// Something for the shell to do, in order.

@@ -314,6 +314,8 @@ pub enum Stage {
     Running {
         ready: bool,
     },
+    /// An instance runs and said RELOADING=1: not ready until READY=1.
+    Reloading,
     /// An overlap restart.
     Overlapping,
     /// A stop-start restart.
@@ -1108,6 +1110,9 @@ impl Service {
                 first: !self.started_once,
             },
             State::BackingOff { .. } => Stage::BackingOff,
+            State::Running(i) if matches!(i.readiness, Readiness::Reloading { .. }) => {
+                Stage::Reloading
+            }
             State::Running(i) => Stage::Running {
                 ready: i.readiness == Readiness::Ready,
             },

@@ -1096,7 +1096,11 @@ fn a_reload_the_service_announces_takes_readiness_off_until_its_ready_1() {
     let svc = f.service();
     f.content(0, 1);
     notify(&mut f, svc, "RELOADING=1");
-    assert!(!f.state().1, "not ready while it reloads");
+    assert_eq!(
+        f.state(),
+        (State::Reloading, false),
+        "not ready while it reloads"
+    );
     assert_eq!(f.result(0), WatchResult::Applied, "the change was applied");
     notify(&mut f, svc, "READY=1");
     assert_eq!(f.state(), (State::Ready, true));

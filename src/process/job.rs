@@ -15,7 +15,7 @@ use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use nix::unistd::{Pid, pipe2};
 
-use super::spawn::{self, Fds, Output, SpawnError, Spec};
+use super::spawn::{self, Fds, Output, Sockets, SpawnError, Spec};
 
 /// How much of a job's output is kept: the end, where errors usually are.
 pub const OUTPUT_TAIL: usize = 4096;
@@ -33,6 +33,7 @@ impl Job {
         env: &BTreeMap<String, String>,
         extra_env: &[(String, String)],
         working_dir: Option<&Path>,
+        sockets: Option<Sockets<'_>>,
     ) -> Result<Job, SpawnError> {
         let other = |e: Errno| SpawnError::Other {
             program: argv[0].clone(),
@@ -46,7 +47,7 @@ impl Job {
             working_dir,
             take_terminal: false,
             output: Output::Pipe(write),
-            sockets: None,
+            sockets,
             extra_env,
             stdin_null: false,
             user: None,

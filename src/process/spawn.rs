@@ -54,7 +54,7 @@ pub struct Spec<'a> {
     /// The listening sockets, which the child gets as fds 3.. with
     /// `LISTEN_FDS`, `LISTEN_FDNAMES` and `LISTEN_PID` (the service). None,
     /// or none held, for everything else: they stay close-on-exec.
-    pub sockets: Option<&'a Held>,
+    pub sockets: Option<Sockets<'a>>,
     /// Set after `env`, overriding it (`NOTIFY_SOCKET`).
     pub extra_env: &'a [(String, String)],
     /// With [`Output::Inherit`]: stdin is /dev/null (or at end of file)
@@ -64,6 +64,15 @@ pub struct Spec<'a> {
     pub user: Option<&'a crate::users::Account>,
     /// The descriptors the child gets besides 0-2 and `sockets`.
     pub fds: Fds,
+}
+
+/// Listening sockets a child gets as fds 3, 4, ... in the order of
+/// `which` (indices into `held`), with `LISTEN_FDS`, `LISTEN_FDNAMES` and
+/// `LISTEN_PID`.
+#[derive(Clone, Copy, Debug)]
+pub struct Sockets<'a> {
+    pub held: &'a Held,
+    pub which: &'a [usize],
 }
 
 /// Which descriptors a child gets, besides stdin, stdout, stderr and the
@@ -163,8 +172,8 @@ pub fn spawn(spec: Spec<'_>) -> Result<Pid, SpawnError> {
     };
     let mut cmd = Command::new(program);
     cmd.args(&spec.argv[1..]).process_group(0);
-    let mut exec = match spec.sockets.filter(|held| held.count() > 0) {
-        Some(held) => Some(Exec::new(&spec, held).map_err(other)?),
+    let mut exec = match spec.sockets.filter(|s| !s.which.is_empty()) {
+        Some(sockets) => Some(Exec::new(&spec, sockets).map_err(other)?),
         None => {
             cmd.envs(spec.env).envs(spec.extra_env.iter().cloned());
             None
@@ -252,12 +261,8 @@ pub fn spawn(spec: Spec<'_>) -> Result<Pid, SpawnError> {
             let Some(exec) = exec.as_mut() else {
                 return Ok(());
             };
-            for fd in exec.sockets.clone() {
-                // The sockets sit at 3.. already (see sockets::bind_all):
-                // only close-on-exec has to go.
-                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
-                    return failed(Step::KeepSocket(fd), Errno::last());
-                }
+            if let Err((step, e)) = exec.place_sockets() {
+                return failed(step, e);
             }
             // Returns only when no candidate could be executed: std then
             // reports the errno as it would a failed exec of its own.
@@ -301,6 +306,8 @@ enum Step {
     Sigprocmask,
     /// Clearing close-on-exec on a listening socket's fd.
     KeepSocket(i32),
+    /// Moving the listening socket at this fd to its place from 3 up.
+    MoveSocket(i32),
     Setgroups,
     Setgid(u32),
     Setuid(u32),
@@ -315,9 +322,10 @@ impl Step {
     /// signal or fd it was for.
     fn encode(self) -> [u8; 3] {
         let [lo, hi] = match self {
-            Step::RtSigaction(n) | Step::KeepSocket(n) | Step::CloseOnExec(n) => {
-                (n as u16).to_le_bytes()
-            }
+            Step::RtSigaction(n)
+            | Step::KeepSocket(n)
+            | Step::MoveSocket(n)
+            | Step::CloseOnExec(n) => (n as u16).to_le_bytes(),
             // Ids above 65535 are reported as 65535: the call is what matters.
             Step::Setgid(n) | Step::Setuid(n) => (n.min(0xffff) as u16).to_le_bytes(),
             Step::Tcsetpgrp | Step::Sigprocmask | Step::CloseRange | Step::Setgroups => [0, 0],
@@ -332,6 +340,7 @@ impl Step {
             Step::Setgroups => 7,
             Step::Setgid(_) => 8,
             Step::Setuid(_) => 9,
+            Step::MoveSocket(_) => 10,
         };
         [call, lo, hi]
     }
@@ -348,6 +357,7 @@ impl Step {
             7 => Some(Step::Setgroups),
             8 => Some(Step::Setgid(n as u32)),
             9 => Some(Step::Setuid(n as u32)),
+            10 => Some(Step::MoveSocket(n)),
             _ => None,
         }
     }
@@ -378,6 +388,7 @@ impl std::fmt::Display for Step {
             }
             Step::Sigprocmask => f.write_str("sigprocmask(SIG_SETMASK, empty)"),
             Step::KeepSocket(fd) => write!(f, "fcntl({fd}, F_SETFD, 0) for a listening socket"),
+            Step::MoveSocket(fd) => write!(f, "moving the listening socket at fd {fd} (dup2)"),
             Step::Setgroups => f.write_str("setgroups() for the service's user"),
             Step::Setgid(gid) => write!(f, "setgid({gid}) for the service's user"),
             Step::Setuid(uid) => write!(f, "setuid({uid}) for the service's user"),
@@ -401,8 +412,13 @@ struct Exec {
     /// NULL-terminated; the child points entry `pid_at` at its `LISTEN_PID`.
     envp: Vec<*const libc::c_char>,
     pid_at: usize,
-    /// The fds the child keeps open across exec.
-    sockets: std::ops::Range<i32>,
+    /// The held socket that becomes fd 3, 4, ...: their fds in tend.
+    sockets: Vec<i32>,
+    /// Where the child puts each of them first when they must move: above
+    /// every held socket (filled in by the child, allocated here).
+    moved: Vec<i32>,
+    /// The lowest fd above every held socket.
+    above: i32,
 }
 
 // SAFETY: the pointers point into the CStrings that the same Exec owns, whose
@@ -416,15 +432,16 @@ const DEFAULT_PATH: &[u8] = b"/bin:/usr/bin";
 const LISTEN_PID: &[u8] = b"LISTEN_PID=";
 
 impl Exec {
-    fn new(spec: &Spec<'_>, held: &Held) -> io::Result<Exec> {
+    fn new(spec: &Spec<'_>, sockets: Sockets<'_>) -> io::Result<Exec> {
+        let held = sockets.held;
         let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
         let pairs = spec
             .env
             .iter()
             .chain(spec.extra_env.iter().map(|(k, v)| (k, v)));
         env.extend(pairs.map(|(k, v)| (OsString::from(k), OsString::from(v))));
-        env.insert("LISTEN_FDS".into(), held.count().to_string().into());
-        env.insert("LISTEN_FDNAMES".into(), held.names().into());
+        env.insert("LISTEN_FDS".into(), sockets.which.len().to_string().into());
+        env.insert("LISTEN_FDNAMES".into(), held.names(sockets.which).into());
         env.remove(OsStr::new("LISTEN_PID"));
 
         let nul = |what: &str| {
@@ -469,8 +486,52 @@ impl Exec {
             envp,
             _env: owned_env,
             pid_at,
-            sockets: first..first + held.count() as i32,
+            sockets: sockets.which.iter().map(|&i| first + i as i32).collect(),
+            moved: vec![-1; sockets.which.len()],
+            above: first + held.count() as i32,
         })
+    }
+
+    /// In the child: the sockets at fds 3, 4, ... in their order, without
+    /// close-on-exec. All of tend's held sockets sit at 3.. (see
+    /// sockets::bind_all); when the child's are all of them in order, only
+    /// close-on-exec has to go; otherwise each is first copied above every
+    /// held socket, then onto its place, so that no socket is overwritten
+    /// before it was copied. The copies, and the held sockets the child
+    /// does not get, are close-on-exec. Async-signal-safe: no allocation.
+    fn place_sockets(&mut self) -> Result<(), (Step, Errno)> {
+        let first = sockets::FIRST_FD;
+        let in_place = self
+            .sockets
+            .iter()
+            .enumerate()
+            .all(|(j, &fd)| fd == first + j as i32);
+        if in_place {
+            for &fd in &self.sockets {
+                // SAFETY: fcntl on a descriptor number touches no memory.
+                if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } == -1 {
+                    return Err((Step::KeepSocket(fd), Errno::last()));
+                }
+            }
+            return Ok(());
+        }
+        for (j, &fd) in self.sockets.iter().enumerate() {
+            // SAFETY: as above.
+            let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, self.above) };
+            if copy == -1 {
+                return Err((Step::MoveSocket(fd), Errno::last()));
+            }
+            self.moved[j] = copy;
+        }
+        for (j, &copy) in self.moved.iter().enumerate() {
+            let target = first + j as i32;
+            // dup2 leaves close-on-exec off on the new descriptor.
+            // SAFETY: dup2 of descriptor numbers touches no memory.
+            if unsafe { libc::dup2(copy, target) } == -1 {
+                return Err((Step::MoveSocket(self.sockets[j]), Errno::last()));
+            }
+        }
+        Ok(())
     }
 
     /// Executes the first candidate that can be, with `LISTEN_PID` set to the
