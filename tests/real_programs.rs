@@ -1,11 +1,16 @@
+//! Real programs under tend as PID 1, as Debian ships them.
+//!
 //! haproxy in master-worker mode (`-Ws`) on a socket tend holds (`bind
-//! fd@3`), as PID 1: its check needs the socket too (`check_sockets`), and
-//! its reloads, which it announces with RELOADING=1 then READY=1, work
-//! with either notify semantics.
+//! fd@3`): its check needs the socket too (`check_sockets`), and its
+//! reloads, which it announces with RELOADING=1 then READY=1, work with
+//! either notify semantics. gunicorn says READY=1 at start and nothing on
+//! SIGHUP: with notify, its reloads count as applied once the signal is
+//! sent (systemd's Type=notify), not as failed.
 
 mod common;
 
 use common::http::{free_port, get};
+use common::kubelet::project;
 use common::*;
 use nix::sys::signal::Signal;
 
@@ -72,4 +77,55 @@ fn without_check_sockets_a_check_of_a_socket_activated_haproxy_fails_and_says_wh
     );
     tend.signal(Signal::SIGTERM);
     tend.wait(secs(20.0));
+}
+
+#[test]
+fn gunicorn_reloads_on_sighup_with_notify_and_the_reload_counts_as_applied() {
+    assert!(
+        std::path::Path::new("/usr/bin/gunicorn").exists(),
+        "gunicorn is not installed: scripts/install-deps installs Debian's package"
+    );
+    let sb = Sandbox::new();
+    let port = free_port();
+    let vol = sb.path("app");
+    project(&vol, &[("app.conf", "greeting = v0\n")]);
+    let conf = vol.join("app.conf").display().to_string();
+    sb.write(
+        "wsgi/app.py",
+        &format!(
+            "greeting = [l.split('=', 1)[1].strip() for l in open({conf:?}) if l.startswith('greeting')][0]\n\
+             def application(environ, start_response):\n\
+             \x20   body = greeting.encode()\n\
+             \x20   start_response('200 OK', [('Content-Length', str(len(body)))])\n\
+             \x20   return [body]\n"
+        ),
+    );
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = [\"/usr/bin/gunicorn\", \"--chdir\", {:?}, \"--workers\", \"2\", \
+         \"--bind\", \"127.0.0.1:{port}\", \"app:application\"]\nnotify = true\nready_timeout = \"20s\"\n{}\n\
+         [[watch]]\nname = \"app\"\npaths = [{:?}]\non_change = \"signal\"\nsignal = \"SIGHUP\"\n",
+        sb.path("wsgi").display().to_string(),
+        sb.readiness_toml(),
+        vol.display().to_string(),
+    ));
+    let mut tend = sb.tend().config(&cfg).start();
+    sb.wait_ready(true, secs(30.0));
+    assert_eq!(get(port).as_deref(), Ok("v0"));
+    project(&vol, &[("app.conf", "greeting = v1\n")]);
+    wait_for("gunicorn's new workers to serve v1", secs(30.0), || {
+        (get(port).as_deref() == Ok("v1")).then_some(())
+    });
+    let st = sb.wait_state("ready", secs(10.0));
+    assert_eq!(st["watches"][0]["result"], "applied");
+    assert_eq!(st["ready"], true);
+    // Long past any confirmation time: still applied, never retried.
+    std::thread::sleep(secs(1.0));
+    let st = sb.status().unwrap();
+    assert_eq!(st["watches"][0]["result"], "applied");
+    assert_eq!(
+        tend.stderr().matches("sent SIGHUP to the service").count(),
+        1
+    );
+    tend.signal(Signal::SIGTERM);
+    assert_eq!(tend.wait(secs(30.0)), 0);
 }
