@@ -102,7 +102,8 @@ fn gunicorn_reloads_on_sighup_with_notify_and_the_reload_counts_as_applied() {
     );
     let cfg = sb.config(&format!(
         "[service]\ncommand = [\"/usr/bin/gunicorn\", \"--chdir\", {:?}, \"--workers\", \"2\", \
-         \"--bind\", \"127.0.0.1:{port}\", \"app:application\"]\nnotify = true\nready_timeout = \"20s\"\n{}\n\
+         \"--graceful-timeout\", \"3\", \"--bind\", \"127.0.0.1:{port}\", \"app:application\"]\n\
+         notify = true\nready_timeout = \"20s\"\nstop_timeout = \"20s\"\n{}\n\
          [[watch]]\nname = \"app\"\npaths = [{:?}]\non_change = \"signal\"\nsignal = \"SIGHUP\"\n",
         sb.path("wsgi").display().to_string(),
         sb.readiness_toml(),
