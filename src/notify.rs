@@ -71,6 +71,7 @@ impl NotifySocket {
         let base = std::env::var_os("TMPDIR")
             .filter(|d| Path::new(d).is_absolute())
             .map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
+        remove_stale(&base);
         let template = base.join("tend-notify-XXXXXX");
         // mkdtemp creates the directory with mode 0700 (opened once bound).
         let dir = nix::unistd::mkdtemp(&template).map_err(|e| {
@@ -448,6 +449,62 @@ impl Drop for NotifySocket {
             );
         }
         remove_dir(&self.dir);
+    }
+}
+
+/// A directory of a notify socket is stale once this old with nothing
+/// listening in it: the time between mkdtemp and bind is microseconds.
+const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// At most this many entries of the temporary directory are looked at.
+const STALE_SCAN_MAX: usize = 10_000;
+
+/// Removes what an earlier tend killed with SIGKILL left in `base`: a
+/// `tend-notify-XXXXXX` directory of tend's own user, older than
+/// [`STALE_AFTER`], whose socket nobody listens on any more (connect()
+/// is refused, or the socket is gone). A live tend's socket accepts the
+/// connect and is left alone, as is anything that is not exactly that.
+fn remove_stale(base: &Path) {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    // SAFETY: geteuid has no failure and no memory effects.
+    let me = unsafe { libc::geteuid() };
+    let now = std::time::SystemTime::now();
+    for entry in entries.take(STALE_SCAN_MAX).flatten() {
+        let name = entry.file_name();
+        let Some(suffix) = name.to_str().and_then(|n| n.strip_prefix("tend-notify-")) else {
+            continue;
+        };
+        let dir = entry.path();
+        let Ok(meta) = std::fs::symlink_metadata(&dir) else {
+            continue;
+        };
+        let old = meta
+            .modified()
+            .ok()
+            .and_then(|m| now.duration_since(m).ok())
+            .is_some_and(|age| age >= STALE_AFTER);
+        if suffix.len() != 6 || !meta.is_dir() || meta.uid() != me || !old {
+            continue;
+        }
+        let socket = dir.join("notify");
+        let live = match std::fs::symlink_metadata(&socket) {
+            Ok(m) if m.file_type().is_socket() => std::os::unix::net::UnixDatagram::unbound()
+                .and_then(|s| s.connect(&socket))
+                .map_or_else(|e| e.kind() != io::ErrorKind::ConnectionRefused, |()| true),
+            Ok(_) => continue,
+            Err(_) => false,
+        };
+        if live {
+            continue;
+        }
+        let _ = std::fs::remove_file(&socket);
+        // Fails, and leaves it, if anything else is in it.
+        if std::fs::remove_dir(&dir).is_ok() {
+            tracing::debug!(dir = %dir.display(), "removed the notify socket of an earlier tend");
+        }
     }
 }
 

@@ -653,3 +653,63 @@ fn a_recvmsg_that_keeps_failing_is_said_once_and_does_not_spin() {
     assert!(cpu < 50, "tend spent {cpu} ticks in 2 s");
     assert!(!sb.is_ready());
 }
+
+/// A socket directory in `tmp` as a tend killed with SIGKILL leaves it (its
+/// socket bound, then closed), or, with `keep`, one whose socket is still
+/// listened on; `age` seconds old.
+fn socket_dir(tmp: &std::path::Path, name: &str, age: u64, keep: bool) -> Option<UnixDatagram> {
+    let dir = tmp.join(name);
+    std::fs::create_dir(&dir).unwrap();
+    let socket = UnixDatagram::bind(dir.join("notify")).unwrap();
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(age);
+    std::fs::File::open(&dir)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    keep.then_some(socket)
+}
+
+#[test]
+fn socket_directories_earlier_tends_left_behind_are_removed_at_start() {
+    let sb = Sandbox::new();
+    let tmp = sb.path("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    socket_dir(&tmp, "tend-notify-AAAAAA", 3600, false);
+    let _live = socket_dir(&tmp, "tend-notify-BBBBBB", 3600, true);
+    socket_dir(&tmp, "tend-notify-CCCCCC", 0, false);
+    std::fs::create_dir(tmp.join("tend-notify-DDDDDD")).unwrap();
+    std::fs::write(tmp.join("tend-notify-DDDDDD/notify"), "not a socket").unwrap();
+    std::fs::File::open(tmp.join("tend-notify-DDDDDD"))
+        .unwrap()
+        .set_modified(std::time::SystemTime::UNIX_EPOCH)
+        .unwrap();
+    let cfg = notify_config(&sb, &sb.service(&[]));
+    let mut tend = tend_in(&sb).config(&cfg).start();
+    sb.wait_log("service start", 1, secs(20.0));
+    let mut left: Vec<String> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left.len(),
+        4,
+        "{left:?}: its own, and three that are not stale"
+    );
+    assert!(
+        !left.contains(&"tend-notify-AAAAAA".to_string()),
+        "the stale one went"
+    );
+    for kept in [
+        "tend-notify-BBBBBB",
+        "tend-notify-CCCCCC",
+        "tend-notify-DDDDDD",
+    ] {
+        assert!(
+            left.contains(&kept.to_string()),
+            "{kept} (live, young, not tend's) stays"
+        );
+    }
+    tend.signal(Signal::SIGTERM);
+    tend.wait(secs(20.0));
+}
