@@ -13,6 +13,8 @@ Usage:
   tend check-config [--config PATH]            validate supervisor.toml, print what it means
   tend probe [--config PATH]                   exit 0 when ready, 1 when not
   tend status [--config PATH]                  print the status file for a person
+  tend signal [--config PATH] NAME SIG         send a signal to service NAME
+  tend restart [--config PATH] NAME            restart service NAME
   tend help [SUBCOMMAND] | version";
 
 const HELP: &str = "\
@@ -59,6 +61,31 @@ output that says why.
 Exit status: 0 when the file was read, 1 when it could not be, 2 when the
 config names no status_file.";
 
+const SIGNAL_HELP: &str = "\
+Usage: tend signal [--config PATH] NAME SIG
+
+Asks the running tend to send signal SIG (HUP or SIGHUP, or a number) to
+service NAME: to its serving instance, or its process group with
+process_group = true. Signals sent to tend itself go to the main service only.
+Talks to tend through the control socket beside [readiness] status_file
+(status_file + \".sock\"), which only tend's user and root may use.
+Exit status: 0 when the signal was sent (the line names the pid), 1 when it
+was not (the service is not running, tend is not running, permission denied),
+2 for a usage error, an unknown service, or a config without status_file.";
+
+const RESTART_HELP: &str = "\
+Usage: tend restart [--config PATH] NAME
+
+Asks the running tend to restart service NAME as a restart action does
+(restart_mode, sockets, readiness), once its config passed its check. A
+service waiting out a restart back-off starts at once; a oneshot that finished
+runs again; a service that ended (not required) starts again. It returns once
+the restart is under way: `tend status` shows how it goes.
+Exit status: 0 when the restart is under way, 1 when nothing was done (the
+line says why: a restart already under way, the service waits for its config,
+tend is not running, permission denied), 2 for a usage error, an unknown
+service, or a config without status_file.";
+
 /// `tend 0.1.0 (commit 1a2b3c4)`; the commit comes from build.rs.
 pub fn version() -> String {
     format!(
@@ -90,6 +117,8 @@ pub struct Cli {
     pub mode: Option<Mode>,
     /// The service to run (after `--`); replaces service.command.
     pub command: Vec<String>,
+    /// The subcommand's words: NAME (and SIG) of `signal` and `restart`.
+    pub operands: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +126,8 @@ pub enum Mode {
     CheckConfig,
     Probe,
     Status,
+    Signal,
+    Restart,
 }
 
 impl Mode {
@@ -105,6 +136,8 @@ impl Mode {
             "check-config" => Some(Mode::CheckConfig),
             "probe" => Some(Mode::Probe),
             "status" => Some(Mode::Status),
+            "signal" => Some(Mode::Signal),
+            "restart" => Some(Mode::Restart),
             _ => None,
         }
     }
@@ -114,6 +147,27 @@ impl Mode {
             Mode::CheckConfig => CHECK_CONFIG_HELP,
             Mode::Probe => PROBE_HELP,
             Mode::Status => STATUS_HELP,
+            Mode::Signal => SIGNAL_HELP,
+            Mode::Restart => RESTART_HELP,
+        }
+    }
+
+    /// The words it takes after its name, for a usage error.
+    fn operands(self) -> &'static [&'static str] {
+        match self {
+            Mode::Signal => &["NAME", "SIG"],
+            Mode::Restart => &["NAME"],
+            _ => &[],
+        }
+    }
+
+    fn word(self) -> &'static str {
+        match self {
+            Mode::CheckConfig => "check-config",
+            Mode::Probe => "probe",
+            Mode::Status => "status",
+            Mode::Signal => "signal",
+            Mode::Restart => "restart",
         }
     }
 }
@@ -139,6 +193,7 @@ impl Cli {
             config: None,
             mode: None,
             command: Vec::new(),
+            operands: Vec::new(),
         };
         let mut args = args.into_iter();
         let mut first = true;
@@ -189,6 +244,12 @@ impl Cli {
                 _ => {
                     if let Some(mode) = Mode::from_word(&arg).filter(|_| cli.mode.is_none()) {
                         cli.mode = Some(mode);
+                    } else if !arg.starts_with('-')
+                        && cli
+                            .mode
+                            .is_some_and(|m| cli.operands.len() < m.operands().len())
+                    {
+                        cli.operands.push(arg);
                     } else if let Some(path) = arg.strip_prefix("--config=") {
                         cli.config = Some(PathBuf::from(path));
                     } else if arg.starts_with('-') {
@@ -201,6 +262,18 @@ impl Cli {
                     }
                 }
             }
+        }
+        if let Some(mode) = cli.mode
+            && cli.operands.len() < mode.operands().len()
+        {
+            let wanted = mode.operands();
+            return Err(format!(
+                "tend {} needs {}: tend {} {}",
+                mode.word(),
+                wanted[cli.operands.len()..].join(" and "),
+                mode.word(),
+                wanted.join(" ")
+            ));
         }
         Ok(Parsed::Run(cli))
     }
@@ -306,6 +379,36 @@ mod tests {
         // After a subcommand they would be arguments it does not take.
         assert!(parse(&["status", "version"]).is_err());
         assert!(parse(&["probe", "help"]).is_err());
+    }
+
+    #[test]
+    fn signal_and_restart_take_their_words_with_the_config_flag_anywhere() {
+        let cli = parse(&["signal", "--config", "/a", "web", "HUP"]).unwrap();
+        assert_eq!(cli.mode, Some(Mode::Signal));
+        assert_eq!(cli.operands, ["web", "HUP"]);
+        assert_eq!(cli.config.as_deref(), Some(std::path::Path::new("/a")));
+        let cli = parse(&["restart", "web", "--config=/b"]).unwrap();
+        assert_eq!(cli.mode, Some(Mode::Restart));
+        assert_eq!(cli.operands, ["web"]);
+        // A service may be named like a subcommand.
+        assert_eq!(parse(&["restart", "status"]).unwrap().operands, ["status"]);
+        let e = parse(&["signal", "web"]).unwrap_err();
+        assert!(e.contains("needs SIG: tend signal NAME SIG"), "{e}");
+        let e = parse(&["restart"]).unwrap_err();
+        assert!(e.contains("needs NAME: tend restart NAME"), "{e}");
+        assert!(parse(&["restart", "web", "php"]).is_err());
+        assert!(parse(&["restart", "web", "--", "x"]).is_err());
+        assert!(parse(&["status", "web"]).is_err(), "status takes no name");
+        for (sub, usage) in [
+            ("signal", "Usage: tend signal"),
+            ("restart", "Usage: tend restart"),
+        ] {
+            let text = printed(&[sub, "--help"]);
+            assert!(
+                text.starts_with(usage) && text.contains("Exit status"),
+                "{text}"
+            );
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod control;
 pub mod core;
 pub mod envfile;
 pub mod http_action;

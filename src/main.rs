@@ -16,7 +16,7 @@ use tracing::level_filters::LevelFilter;
 use tend::cli::{self, Cli, Mode, Parsed};
 use tend::config::{self, Config, ConfigError};
 use tend::http_server::HttpServer;
-use tend::{http_action, log, probe, show, signals, sockets, supervisor};
+use tend::{control, http_action, log, probe, show, signals, sockets, supervisor};
 
 /// Why tend stopped before or instead of running the service.
 enum Failure {
@@ -145,6 +145,32 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             } else {
                 show::status(&config.readiness).map_err(Failure::Usage)
             }
+        }
+        Some(mode @ (Mode::Signal | Mode::Restart)) => {
+            let Some(path) = config_path else {
+                return Err(Failure::Usage(format!(
+                    "no config to find tend's control socket in: pass --config PATH, set \
+                     $TEND_CONFIG, or create {}",
+                    config::DEFAULT_PATH
+                )));
+            };
+            let config = Config::load(&path).map_err(Failure::Config)?;
+            let Some(status_file) = &config.readiness.status_file else {
+                return Err(Failure::Usage(format!(
+                    "{}: tend signal and tend restart reach tend through a socket beside \
+                     [readiness] status_file, which this config does not set: add \
+                     status_file = \"/run/tend/status.json\" to [readiness]",
+                    path.display()
+                )));
+            };
+            let service = cli.operands[0].clone();
+            let ask = if mode == Mode::Signal {
+                let signo = control::parse_signal(&cli.operands[1]).map_err(Failure::Usage)?;
+                control::Ask::Signal { service, signo }
+            } else {
+                control::Ask::Restart { service }
+            };
+            Ok(control::ask(status_file, &ask))
         }
         None => {
             let config = match &config_path {

@@ -297,7 +297,7 @@ fn create_new(path: &Path) -> io::Result<File> {
 
 /// Creates `dir` and its missing parents with mode 0755. Directories that
 /// already exist are left as they are.
-fn create_dirs(dir: &Path) -> io::Result<()> {
+pub(crate) fn create_dirs(dir: &Path) -> io::Result<()> {
     let missing: Vec<&Path> = dir
         .ancestors()
         .take_while(|d| !d.as_os_str().is_empty())

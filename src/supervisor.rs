@@ -22,6 +22,7 @@ use nix::sys::time::TimeSpec;
 use nix::unistd::Pid;
 
 use crate::config::{Config, InvalidConfig};
+use crate::control::ControlSocket;
 use crate::core::{
     Command, Core, Event, Exit, Notification, Now, ServiceId, Settings, SpawnFailure, SpawnKind,
     service,
@@ -55,6 +56,8 @@ pub struct Supervisor {
     notify: Option<NotifySocket>,
     /// `[http] listen`: /ready, /status and /metrics.
     http: Option<HttpServer>,
+    /// `tend signal` and `tend restart`, beside the status file.
+    control: Option<ControlSocket>,
     /// The generations of the status and the metrics the server's pages
     /// were made from.
     served: (u64, u64),
@@ -186,8 +189,14 @@ impl Supervisor {
                 core.restore(WatchId(i), r);
             }
         }
+        let control = config
+            .readiness
+            .status_file
+            .as_deref()
+            .and_then(open_control);
         Ok(Supervisor {
             core,
+            control,
             signals,
             watcher,
             readiness,
@@ -340,6 +349,16 @@ impl Supervisor {
                     None
                 }
                 Command::Reap => Some(self.reap()),
+                Command::Answer {
+                    client,
+                    code,
+                    message,
+                } => {
+                    if let Some(c) = &mut self.control {
+                        c.answer(client, code, &message);
+                    }
+                    None
+                }
                 Command::Exit(code) => return Some(code),
             };
             if let Some(event) = caused {
@@ -439,6 +458,7 @@ impl Supervisor {
             self.readiness.deadline(),
             self.http.as_ref().and_then(HttpServer::deadline),
             self.notify.as_ref().and_then(NotifySocket::deadline),
+            self.control.as_ref().and_then(ControlSocket::deadline),
         ]
         .into_iter()
         .flatten()
@@ -447,13 +467,14 @@ impl Supervisor {
             && self.jobs.is_empty()
             && self.notify.is_none()
             && self.http.is_none()
+            && self.control.is_none()
             && self.watcher.poll_fds().is_empty()
         {
             return self.wait_for_signal(events);
         }
         let timeout =
             deadline.map(|d| TimeSpec::from_duration(d.saturating_duration_since(Instant::now())));
-        let (signals, watcher, notify, jobs, http) = {
+        let (signals, watcher, notify, jobs, http, control) = {
             let mut fds = vec![PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
             let watcher_fds = self.watcher.poll_fds();
             let watcher_at = fds.len();
@@ -476,6 +497,15 @@ impl Supervisor {
             let http_n = http_fds.as_ref().map_or(0, Vec::len);
             fds.extend(
                 http_fds
+                    .into_iter()
+                    .flatten()
+                    .map(|(fd, flags)| PollFd::new(fd, flags)),
+            );
+            let control_fds = self.control.as_ref().map(ControlSocket::poll_fds);
+            let control_at = fds.len();
+            let control_n = control_fds.as_ref().map_or(0, Vec::len);
+            fds.extend(
+                control_fds
                     .into_iter()
                     .flatten()
                     .map(|(fd, flags)| PollFd::new(fd, flags)),
@@ -505,6 +535,9 @@ impl Supervisor {
                 notify_at.is_some_and(ready),
                 jobs,
                 (http_at..http_at + http_n)
+                    .map(ready)
+                    .collect::<Vec<bool>>(),
+                (control_at..control_at + control_n)
                     .map(ready)
                     .collect::<Vec<bool>>(),
             )
@@ -537,6 +570,10 @@ impl Supervisor {
                 }
             }
             n.tick(now);
+        }
+        if let Some(c) = &mut self.control {
+            c.set_ready(&control);
+            c.serve(now, events);
         }
         self.readiness.retry(now);
         let (scans, done) = self.watcher.pump(&watcher);
@@ -628,6 +665,24 @@ impl Supervisor {
         }
         if child {
             events.push_back(self.reap());
+        }
+    }
+}
+
+/// The control socket beside `status_file`; without it, tend runs on and
+/// says why `tend signal` and `tend restart` will not reach it.
+fn open_control(status_file: &std::path::Path) -> Option<ControlSocket> {
+    match ControlSocket::open(status_file) {
+        Ok(c) => {
+            tracing::debug!(
+                "control socket at {}: tend signal, tend restart",
+                c.path().display()
+            );
+            Some(c)
+        }
+        Err(e) => {
+            tracing::error!("{e}; tend signal and tend restart will not reach this tend");
+            None
         }
     }
 }

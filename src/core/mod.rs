@@ -28,6 +28,7 @@
 //! - tend is ready only while the service runs and is ready, and every
 //!   watch's current config passed its check and its action.
 
+mod control;
 pub mod metrics;
 pub mod protocol;
 pub mod service;
@@ -47,8 +48,8 @@ use crate::ratelimit::{self, RateLimit};
 use crate::signals::{self, Role};
 use metrics::{CheckOutcome, Metrics};
 pub use protocol::{
-    Command, Done, Event, Exit, ExitStatus, Notification, Now, Report, Restored, ServiceId,
-    SpawnFailure, SpawnKind, WatchId,
+    Command, ControlRequest, Done, Event, Exit, ExitStatus, Notification, Now, Report, Restored,
+    ServiceId, SpawnFailure, SpawnKind, WatchId,
 };
 use service::{Owned, Service, Stage};
 use status::{ServiceStatus, State, Status, WatchResult};
@@ -282,6 +283,11 @@ impl Core {
                 };
                 self.tell_watch(id, input, now);
             }
+            Event::Control {
+                client,
+                from,
+                request,
+            } => self.on_control(client, from, request, now),
         }
         self.on_time(now);
         self.advance(now);

@@ -127,6 +127,22 @@ pub enum Event {
     /// The watcher's answer to a [`Command::Snapshot`], [`Command::Publish`],
     /// [`Command::Rollback`] or [`Command::Withdraw`].
     Done(Done),
+    /// A request on the control socket (`tend signal`, `tend restart`) from
+    /// process `from`; answered by a [`Command::Answer`] to `client`.
+    Control {
+        client: u64,
+        from: u32,
+        request: ControlRequest,
+    },
+}
+
+/// What `tend signal` and `tend restart` ask of one service, by its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ControlRequest {
+    /// Send signal `signo` to the service's serving instance.
+    Signal { service: String, signo: i32 },
+    /// Restart the service as a restart action would, or start it again.
+    Restart { service: String },
 }
 
 /// What a service said on NOTIFY_SOCKET (the sd_notify protocol).
@@ -342,6 +358,14 @@ pub enum Command {
     SignalEveryone(i32),
     /// Run one reaper pass now and report it as [`Event::Reaped`].
     Reap,
+    /// Answer a [`Event::Control`] request: one line, and the exit code of
+    /// the command that asked (0 done, 1 not done, 2 a request that names
+    /// nothing).
+    Answer {
+        client: u64,
+        code: i32,
+        message: String,
+    },
     /// tend is done: exit with this code.
     Exit(i32),
 }

@@ -241,6 +241,10 @@ pub enum Input {
     Probed { pid: Pid, passed: bool },
     /// Restart it on the new config of these watches.
     Restart,
+    /// Start it again at once (`tend restart`): from a back-off, after a
+    /// oneshot finished, or after it ended for good. It goes down and starts
+    /// as any start does.
+    StartAgain,
     /// Send these signals to it (a signal reload); with `confirm`, the
     /// watches are applied once it confirms the reload.
     Reload {
@@ -386,6 +390,14 @@ impl Service {
             Input::Notified { pid, message } => self.on_notify(pid, message, cx),
             Input::Probed { pid, passed } => self.on_probed(pid, passed, cx),
             Input::Restart => self.restart(cx),
+            Input::StartAgain => {
+                if matches!(
+                    self.state,
+                    State::BackingOff { .. } | State::Done | State::Ended(_)
+                ) {
+                    self.state = State::Down;
+                }
+            }
             Input::Reload {
                 signals,
                 watches,

@@ -2696,4 +2696,5 @@ fn without_watches_there_is_no_reload_to_report() {
     assert!(page.contains("\ntend_ready "), "{page}");
 }
 
+mod control;
 mod services;
