@@ -506,7 +506,7 @@ impl Core {
             Role::Interrupt | Role::Forward => self.forward(signo, from),
             Role::Child => {}
             Role::Ignore => tracing::warn!(
-                from,
+                sender_pid = signals::sender(from),
                 code,
                 "{} is not for the service (raised by the kernel, or the C library's own): not forwarded",
                 signals::describe(signo)
@@ -516,10 +516,16 @@ impl Core {
 
     fn on_sigterm(&mut self, from: u32, now: Now) {
         if !matches!(self.phase, Phase::Running) {
-            tracing::info!(from, "SIGTERM received again: already stopping");
+            tracing::info!(
+                sender_pid = signals::sender(from),
+                "SIGTERM received again: already stopping"
+            );
             return;
         }
-        tracing::info!(from, "SIGTERM received: stopping");
+        tracing::info!(
+            sender_pid = signals::sender(from),
+            "SIGTERM received: stopping"
+        );
         let main = self.main_pid();
         self.stop(main, None, ExitStatus::Signal(Signal::SIGTERM as i32), now);
     }
@@ -528,7 +534,10 @@ impl Core {
     /// so Ctrl-C (docker run -it) stops tend.
     fn on_interrupt(&mut self, from: u32, now: Now) {
         if matches!(self.phase, Phase::Running) {
-            tracing::info!(from, "SIGINT received while no service runs: stopping");
+            tracing::info!(
+                sender_pid = signals::sender(from),
+                "SIGINT received while no service runs: stopping"
+            );
             self.stop(None, None, ExitStatus::Signal(Signal::SIGINT as i32), now);
         }
     }
@@ -542,7 +551,7 @@ impl Core {
                 from,
             }),
             None => tracing::info!(
-                from,
+                sender_pid = signals::sender(from),
                 "{} received while no service runs: dropped",
                 signals::describe(signo)
             ),
