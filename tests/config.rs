@@ -229,6 +229,33 @@ fn watched_paths_that_may_appear_later_are_warnings() {
 }
 
 #[test]
+fn mistakes_a_newcomer_makes_are_named_with_the_fix() {
+    let sb = Sandbox::new();
+    for (toml, says) in [
+        (
+            "[service]\ncommand = [\"true\"]\n\n[watch]\npaths = [\"/etc/app\"]\non_change = \"signal\"\n",
+            "help: [watch] is a single table, but watches are a list of tables: write [[watch]] \
+             (double brackets) before the keys of each",
+        ),
+        (
+            "[service]\ncommand = \"nginx -g 'daemon off;'\"\n",
+            "give the program and each argument as its own string: [\"nginx\", \"-g\", \"daemon off;\"]",
+        ),
+        (
+            "[service]\ncommand = [\"true\"]\n[[watch]]\npaths = [\"/\"]\non_change = \"restart\"\nstop_timeout = \"20s\"\n",
+            "help: `stop_timeout` is not a key of [[watch]]: it belongs in [service]",
+        ),
+    ] {
+        let (code, _, err) = check_config(&sb, toml);
+        assert_eq!(code, 2, "{toml}");
+        assert!(
+            err.contains(says),
+            "expected {says:?} for {toml:?} in:\n{err}"
+        );
+    }
+}
+
+#[test]
 fn a_readiness_file_inside_a_watched_path_is_a_warning() {
     let sb = Sandbox::new();
     std::fs::create_dir(sb.path("conf")).unwrap();
