@@ -78,10 +78,26 @@ pub fn print(text: &str) -> std::io::Result<()> {
     }
 }
 
-/// Writes `tend: {message}` to stderr. Nothing is left to tell when that
-/// fails (stderr closed or its reader gone), so a failure is ignored.
+/// Writes `tend: {message}` to stderr, or with `TEND_LOG_FORMAT=json` a
+/// JSON line at level ERROR, as the log's: whoever collects the log reads
+/// why tend stopped. Nothing is left to tell when that fails (stderr closed
+/// or its reader gone), so a failure is ignored.
 pub fn complain(message: impl std::fmt::Display) {
-    let _ = writeln!(std::io::stderr().lock(), "tend: {message}");
+    say("ERROR", "", &message.to_string());
+}
+
+/// [`complain`] for a warning: `tend: warning: {message}`, or level WARN.
+pub fn warn(message: impl std::fmt::Display) {
+    say("WARN", "warning: ", &message.to_string());
+}
+
+fn say(level: &str, prefix: &str, message: &str) {
+    let line = if std::env::var_os("TEND_LOG_FORMAT").is_some_and(|f| f == "json") {
+        crate::log::json_record(level, message)
+    } else {
+        format!("tend: {prefix}{message}\n")
+    };
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 #[derive(Debug, PartialEq, Eq)]

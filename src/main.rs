@@ -231,7 +231,7 @@ fn check_config(path: Option<PathBuf>) -> Result<i32, Failure> {
     let (config, warnings) =
         Config::load_on_host(&path, &current_dir()?).map_err(Failure::Config)?;
     for w in warnings {
-        cli::complain(format!("warning: {}: {w}", path.display()));
+        cli::warn(format!("{}: {w}", path.display()));
     }
     let (bound, chain) = config.stop_bound();
     let chain: Vec<String> = chain

@@ -256,6 +256,48 @@ fn mistakes_a_newcomer_makes_are_named_with_the_fix() {
 }
 
 #[test]
+fn with_json_logs_a_config_error_is_a_json_line() {
+    let sb = Sandbox::new();
+    let cfg = sb.config("[service]\ncommand = [\"true\"]\n[watch]\npaths = [\"/\"]\n");
+    let (code, _, err) = sb
+        .tend()
+        .env("TEND_LOG_FORMAT", "json")
+        .config(&cfg)
+        .run(secs(10.0));
+    assert_eq!(code, 2);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {err}");
+    let line: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(line["level"], "ERROR", "{line}");
+    let message = line["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!(
+            "invalid config {}: TOML parse error at line 3",
+            cfg.display()
+        )) && message.contains("write [[watch]]"),
+        "{line}"
+    );
+    assert!(line["timestamp"].is_string(), "{line}");
+    let (code, _, err) = sb
+        .tend()
+        .not_pid1()
+        .env("TEND_LOG_FORMAT", "json")
+        .args(&["check-config"])
+        .config(&sb.config("[[watch]]\npaths = [\"/no/such/dir\"]\non_change = \"none\"\n"))
+        .run(secs(10.0));
+    assert_eq!(code, 0, "{err}");
+    let line: serde_json::Value = serde_json::from_str(err.trim_end()).unwrap();
+    assert_eq!(line["level"], "WARN", "{line}");
+    assert!(
+        line["message"]
+            .as_str()
+            .unwrap()
+            .contains("/no/such/dir does not exist"),
+        "{line}"
+    );
+}
+
+#[test]
 fn a_readiness_file_inside_a_watched_path_is_a_warning() {
     let sb = Sandbox::new();
     std::fs::create_dir(sb.path("conf")).unwrap();
