@@ -10,7 +10,8 @@ use std::path::PathBuf;
 pub const USAGE: &str = "\
 Usage:
   tend [--config PATH] [-- COMMAND [ARG...]]   run COMMAND (or service.command) as the service
-  tend check-config [--config PATH]            validate supervisor.toml, print what it means
+  tend check-config [--in-image] [--config PATH]
+                                               validate supervisor.toml, print what it means
   tend probe [--config PATH]                   exit 0 when ready, 1 when not
   tend status [--config PATH]                  print the status file for a person
   tend help [SUBCOMMAND] | version";
@@ -36,10 +37,19 @@ with a config, warn without one), TEND_LOG_FORMAT=json writes JSON lines.
 Logs go to stderr.";
 
 const CHECK_CONFIG_HELP: &str = "\
-Usage: tend check-config [--config PATH]
+Usage: tend check-config [--in-image] [--config PATH]
 
-Validates supervisor.toml against this machine, as a run would, and prints it
-back as TOML with every default filled in. Warnings go to stderr.
+Validates supervisor.toml and prints it back as TOML with every default filled
+in. Warnings go to stderr.
+
+What the image and the pod provide (working_dir; the programs of the service,
+check, exec, verify and ready_check; a `user`; watched paths that are not
+`optional`; env_from paths) is a warning when it is not on this machine, so CI
+can check the file without the image.
+
+  --in-image   check inside the container as tend will run, volumes mounted:
+               what is missing there is an error
+
 Exit status: 0 when the config is valid, 2 when it is not.";
 
 const PROBE_HELP: &str = "\
@@ -104,6 +114,8 @@ fn say(level: &str, prefix: &str, message: &str) {
 pub struct Cli {
     pub config: Option<PathBuf>,
     pub mode: Option<Mode>,
+    /// `check-config --in-image`: what the image and the pod provide must be here.
+    pub in_image: bool,
     /// The service to run (after `--`); replaces service.command.
     pub command: Vec<String>,
 }
@@ -154,6 +166,7 @@ impl Cli {
         let mut cli = Cli {
             config: None,
             mode: None,
+            in_image: false,
             command: Vec::new(),
         };
         let mut args = args.into_iter();
@@ -202,6 +215,7 @@ impl Cli {
                     let path = args.next().ok_or("--config needs a path: --config PATH")?;
                     cli.config = Some(PathBuf::from(path));
                 }
+                "--in-image" => cli.in_image = true,
                 _ => {
                     if let Some(mode) = Mode::from_word(&arg).filter(|_| cli.mode.is_none()) {
                         cli.mode = Some(mode);
@@ -217,6 +231,11 @@ impl Cli {
                     }
                 }
             }
+        }
+        if cli.in_image && cli.mode != Some(Mode::CheckConfig) {
+            return Err(
+                "--in-image is an option of check-config: tend check-config --in-image".into(),
+            );
         }
         Ok(Parsed::Run(cli))
     }
@@ -322,6 +341,22 @@ mod tests {
         // After a subcommand they would be arguments it does not take.
         assert!(parse(&["status", "version"]).is_err());
         assert!(parse(&["probe", "help"]).is_err());
+    }
+
+    #[test]
+    fn in_image_is_an_option_of_check_config_only() {
+        let cli = parse(&["check-config", "--in-image"]).unwrap();
+        assert!(cli.in_image);
+        assert!(parse(&["--in-image", "check-config"]).unwrap().in_image);
+        assert!(!parse(&["check-config"]).unwrap().in_image);
+        for args in [
+            &["--in-image"][..],
+            &["probe", "--in-image"],
+            &["--in-image", "--", "sh"],
+        ] {
+            let e = parse(args).unwrap_err();
+            assert!(e.contains("option of check-config"), "{args:?}: {e}");
+        }
     }
 
     #[test]

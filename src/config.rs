@@ -25,6 +25,7 @@ mod duration;
 mod host;
 
 pub use duration::{format_duration, parse_duration};
+pub use host::Place;
 
 /// Where tend looks for its config when neither `--config` nor `$TEND_CONFIG`
 /// names one.
@@ -340,6 +341,7 @@ struct Spans {
 #[derive(Debug, Default)]
 struct ServiceSpans {
     command: Option<Range<usize>>,
+    ready_check: Option<Range<usize>>,
     working_dir: Option<Range<usize>>,
     env_from: Option<Range<usize>>,
     user: Option<Range<usize>>,
@@ -350,6 +352,7 @@ struct WatchSpans {
     paths: Range<usize>,
     check: Option<Range<usize>>,
     exec: Option<Range<usize>>,
+    verify: Option<Range<usize>>,
     publish: Option<Range<usize>>,
 }
 
@@ -366,10 +369,15 @@ impl Config {
 
     /// Reads and validates the file at `path`, then checks it against this
     /// host, with relative paths taken from `cwd`: what can never work here
-    /// is an error, what may work later a warning (returned).
-    pub fn load_on_host(path: &Path, cwd: &Path) -> Result<(Config, Vec<String>), ConfigError> {
+    /// is an error, what must be there only where tend runs (`place` says
+    /// whether that is here) or is likely a mistake a warning (returned).
+    pub fn load_on_host(
+        path: &Path,
+        cwd: &Path,
+        place: Place,
+    ) -> Result<(Config, Vec<String>), ConfigError> {
         let text = read(path)?;
-        Config::parse_on_host(&text, cwd).map_err(|message| ConfigError {
+        Config::parse_on_host(&text, cwd, place).map_err(|message| ConfigError {
             path: path.to_path_buf(),
             message,
         })
@@ -381,9 +389,13 @@ impl Config {
     }
 
     /// `parse`, then the checks against this host; returns the warnings.
-    fn parse_on_host(text: &str, cwd: &Path) -> Result<(Config, Vec<String>), String> {
+    fn parse_on_host(
+        text: &str,
+        cwd: &Path,
+        place: Place,
+    ) -> Result<(Config, Vec<String>), String> {
         let (config, spans) = Config::parse_spanned(text)?;
-        let warnings = host::inspect(&config, &spans, text, cwd)?;
+        let warnings = host::inspect(&config, &spans, text, cwd, place)?;
         Ok((config, warnings))
     }
 
@@ -403,6 +415,7 @@ impl Config {
                 paths: w.paths.span(),
                 check: w.check.as_ref().map(Spanned::span),
                 exec: w.exec.as_ref().map(Spanned::span),
+                verify: w.verify.as_ref().map(Spanned::span),
                 publish: w.publish.as_ref().map(Spanned::span),
             });
             let owner = w.service.clone();
@@ -1100,6 +1113,7 @@ fn services(
         }
         spans.push(ServiceSpans {
             command: r.command.as_ref().map(Spanned::span),
+            ready_check: r.ready_check.as_ref().map(Spanned::span),
             working_dir: r.working_dir.as_ref().map(Spanned::span),
             env_from: r.env_from.as_ref().map(Spanned::span),
             user: r.user.as_ref().map(Spanned::span),

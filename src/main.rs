@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use tracing::level_filters::LevelFilter;
 
 use tend::cli::{self, Cli, Mode, Parsed};
-use tend::config::{self, Config, ConfigError};
+use tend::config::{self, Config, ConfigError, Place};
 use tend::http_server::HttpServer;
 use tend::{http_action, log, probe, show, signals, sockets, supervisor};
 
@@ -130,7 +130,14 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         report(info)
     }));
     match cli.mode {
-        Some(Mode::CheckConfig) => check_config(config_path),
+        Some(Mode::CheckConfig) => check_config(
+            config_path,
+            if cli.in_image {
+                Place::InImage
+            } else {
+                Place::Anywhere
+            },
+        ),
         Some(mode @ (Mode::Probe | Mode::Status)) => {
             let Some(path) = config_path else {
                 return Err(Failure::Usage(format!(
@@ -149,7 +156,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         None => {
             let config = match &config_path {
                 Some(path) => {
-                    Config::load_on_host(path, &current_dir()?)
+                    Config::load_on_host(path, &current_dir()?, Place::Run)
                         .map_err(Failure::Config)?
                         .0
                 }
@@ -221,7 +228,7 @@ fn find_config(flag: Option<PathBuf>) -> Result<Option<PathBuf>, Failure> {
     Ok(Some(path))
 }
 
-fn check_config(path: Option<PathBuf>) -> Result<i32, Failure> {
+fn check_config(path: Option<PathBuf>, place: Place) -> Result<i32, Failure> {
     let Some(path) = path else {
         return Err(Failure::Usage(format!(
             "no config to check: pass --config PATH, set $TEND_CONFIG, or create {}",
@@ -229,7 +236,7 @@ fn check_config(path: Option<PathBuf>) -> Result<i32, Failure> {
         )));
     };
     let (config, warnings) =
-        Config::load_on_host(&path, &current_dir()?).map_err(Failure::Config)?;
+        Config::load_on_host(&path, &current_dir()?, place).map_err(Failure::Config)?;
     for w in warnings {
         cli::warn(format!("{}: {w}", path.display()));
     }
