@@ -114,7 +114,7 @@ fn status_shows_the_state_and_why_a_watch_is_invalid() {
     let (code, out, _) = tend(&["status", "--config", &cfg_arg]);
     assert_eq!(code, 0, "{out}");
     assert!(
-        out.starts_with("state       invalid_config\nready       no\n"),
+        out.starts_with("state       invalid_config\nready       no (watch \"app\": invalid)\n"),
         "{out}"
     );
     assert!(

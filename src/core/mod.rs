@@ -1156,7 +1156,10 @@ impl Core {
             .enumerate()
             .find(|(i, s)| (s.cfg.required || *i == self.main.0) && !s.ready())
             .map(|(_, s)| s);
+        // A watched path that is not there is a volume not mounted.
+        let absent = self.watches.iter().any(|w| !w.absent().is_empty());
         let ready = waiting_for.is_none()
+            && !absent
             && self
                 .watches
                 .iter()
@@ -1176,6 +1179,7 @@ impl Core {
                 State::Starting
             }
             _ if waiting_for.is_some() => State::Restarting,
+            _ if absent && !busy => State::Starting,
             _ if ready && !busy => State::Ready,
             _ => State::Reloading,
         };

@@ -2622,4 +2622,5 @@ fn without_watches_there_is_no_reload_to_report() {
     assert!(page.contains("\ntend_ready "), "{page}");
 }
 
+mod paths;
 mod services;
