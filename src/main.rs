@@ -113,6 +113,8 @@ fn tend_main() -> i32 {
 }
 
 fn run(cli: Cli) -> Result<i32, Failure> {
+    let asked =
+        cli.config.is_some() || std::env::var_os("TEND_CONFIG").is_some_and(|p| !p.is_empty());
     let config_path = find_config(cli.config)?;
     // Without a config tend is a plain init, as quiet as tini: an interactive
     // program under it owns the terminal. A config asks for a supervisor,
@@ -162,6 +164,17 @@ fn run(cli: Cli) -> Result<i32, Failure> {
                 }
                 None => Config::default(),
             };
+            if let Some(path) = config_path
+                .as_ref()
+                .filter(|_| !asked && !cli.command.is_empty())
+            {
+                // `docker run --entrypoint tend IMAGE -- sh` still runs under it.
+                tracing::info!(
+                    "running COMMAND as the service of {}, the default config (--config \
+                     /dev/null runs it without one)",
+                    path.display()
+                );
+            }
             let argv = if !cli.command.is_empty() {
                 cli.command
             } else if let Some(argv) = config.service().command.clone() {

@@ -37,6 +37,46 @@ fn with_a_config_tend_logs_at_info() {
     assert!(err.contains("INFO service started"), "{err}");
 }
 
+#[test]
+fn the_default_config_takes_a_command_and_says_so_and_dev_null_is_none() {
+    let sb = Sandbox::new();
+    sb.write(
+        "etc/tend/supervisor.toml",
+        "[service]\nenv = { FROM = \"the default config\" }\n",
+    );
+    // /etc/tend/supervisor.toml in a mount namespace of its own.
+    let etc = sb.path("etc").display().to_string();
+    let run = |args: &[&str]| {
+        let mut argv = vec![
+            "--mount",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--mount-proc",
+            "sh",
+            "-c",
+            "mount --bind \"$0\" /etc && exec \"$@\"",
+            &etc,
+            TEND,
+        ];
+        argv.extend(args);
+        argv.extend(["--", "sh", "-c", "echo \"[$FROM]\""]);
+        sb.tend().wrapped("unshare", &argv).run(secs(10.0))
+    };
+    let (code, out, err) = run(&[]);
+    assert_eq!((code, out.as_str()), (0, "[the default config]\n"), "{err}");
+    assert!(
+        err.contains(
+            "INFO running COMMAND as the service of /etc/tend/supervisor.toml, the default \
+             config (--config /dev/null runs it without one)"
+        ),
+        "{err}"
+    );
+    let (code, out, err) = run(&["--config", "/dev/null"]);
+    assert_eq!((code, out.as_str()), (0, "[]\n"), "{err}");
+    assert!(!err.contains("default config"), "{err}");
+}
+
 /// Runs `tend ARGS...` directly (not as PID 1): (exit code, stdout, stderr).
 fn tend(args: &[&str]) -> (i32, String, String) {
     let out = std::process::Command::new(TEND)
