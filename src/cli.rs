@@ -10,7 +10,8 @@ use std::path::PathBuf;
 pub const USAGE: &str = "\
 Usage:
   tend [--config PATH] [-- COMMAND [ARG...]]   run COMMAND (or service.command) as the service
-  tend check-config [--config PATH]            validate supervisor.toml, print what it means
+  tend check-config [--in-image] [--config PATH]
+                                               validate supervisor.toml, print what it means
   tend probe [--config PATH]                   exit 0 when ready, 1 when not
   tend status [--config PATH]                  print the status file for a person
   tend signal [--config PATH] NAME SIG         send a signal to service NAME
@@ -38,10 +39,19 @@ with a config, warn without one), TEND_LOG_FORMAT=json writes JSON lines.
 Logs go to stderr.";
 
 const CHECK_CONFIG_HELP: &str = "\
-Usage: tend check-config [--config PATH]
+Usage: tend check-config [--in-image] [--config PATH]
 
-Validates supervisor.toml against this machine, as a run would, and prints it
-back as TOML with every default filled in. Warnings go to stderr.
+Validates supervisor.toml and prints it back as TOML with every default filled
+in. Warnings go to stderr.
+
+What the image and the pod provide (working_dir; the programs of the service,
+check, exec, verify and ready_check; a `user`; watched paths that are not
+`optional`; env_from paths) is a warning when it is not on this machine, so CI
+can check the file without the image.
+
+  --in-image   check inside the container as tend will run, volumes mounted:
+               what is missing there is an error
+
 Exit status: 0 when the config is valid, 2 when it is not.";
 
 const PROBE_HELP: &str = "\
@@ -105,16 +115,34 @@ pub fn print(text: &str) -> std::io::Result<()> {
     }
 }
 
-/// Writes `tend: {message}` to stderr. Nothing is left to tell when that
-/// fails (stderr closed or its reader gone), so a failure is ignored.
+/// Writes `tend: {message}` to stderr, or with `TEND_LOG_FORMAT=json` a
+/// JSON line at level ERROR, as the log's: whoever collects the log reads
+/// why tend stopped. Nothing is left to tell when that fails (stderr closed
+/// or its reader gone), so a failure is ignored.
 pub fn complain(message: impl std::fmt::Display) {
-    let _ = writeln!(std::io::stderr().lock(), "tend: {message}");
+    say("ERROR", "", &message.to_string());
+}
+
+/// [`complain`] for a warning: `tend: warning: {message}`, or level WARN.
+pub fn warn(message: impl std::fmt::Display) {
+    say("WARN", "warning: ", &message.to_string());
+}
+
+fn say(level: &str, prefix: &str, message: &str) {
+    let line = if std::env::var_os("TEND_LOG_FORMAT").is_some_and(|f| f == "json") {
+        crate::log::json_record(level, message)
+    } else {
+        format!("tend: {prefix}{message}\n")
+    };
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 #[derive(Debug, PartialEq, Eq)]
 pub struct Cli {
     pub config: Option<PathBuf>,
     pub mode: Option<Mode>,
+    /// `check-config --in-image`: what the image and the pod provide must be here.
+    pub in_image: bool,
     /// The service to run (after `--`); replaces service.command.
     pub command: Vec<String>,
     /// The subcommand's words: NAME (and SIG) of `signal` and `restart`.
@@ -192,6 +220,7 @@ impl Cli {
         let mut cli = Cli {
             config: None,
             mode: None,
+            in_image: false,
             command: Vec::new(),
             operands: Vec::new(),
         };
@@ -241,6 +270,7 @@ impl Cli {
                     let path = args.next().ok_or("--config needs a path: --config PATH")?;
                     cli.config = Some(PathBuf::from(path));
                 }
+                "--in-image" => cli.in_image = true,
                 _ => {
                     if let Some(mode) = Mode::from_word(&arg).filter(|_| cli.mode.is_none()) {
                         cli.mode = Some(mode);
@@ -274,6 +304,11 @@ impl Cli {
                 mode.word(),
                 wanted.join(" ")
             ));
+        }
+        if cli.in_image && cli.mode != Some(Mode::CheckConfig) {
+            return Err(
+                "--in-image is an option of check-config: tend check-config --in-image".into(),
+            );
         }
         Ok(Parsed::Run(cli))
     }
@@ -408,6 +443,22 @@ mod tests {
                 text.starts_with(usage) && text.contains("Exit status"),
                 "{text}"
             );
+        }
+    }
+
+    #[test]
+    fn in_image_is_an_option_of_check_config_only() {
+        let cli = parse(&["check-config", "--in-image"]).unwrap();
+        assert!(cli.in_image);
+        assert!(parse(&["--in-image", "check-config"]).unwrap().in_image);
+        assert!(!parse(&["check-config"]).unwrap().in_image);
+        for args in [
+            &["--in-image"][..],
+            &["probe", "--in-image"],
+            &["--in-image", "--", "sh"],
+        ] {
+            let e = parse(args).unwrap_err();
+            assert!(e.contains("option of check-config"), "{args:?}: {e}");
         }
     }
 

@@ -25,6 +25,7 @@ mod duration;
 mod host;
 
 pub use duration::{format_duration, parse_duration};
+pub use host::Place;
 
 /// Where tend looks for its config when neither `--config` nor `$TEND_CONFIG`
 /// names one.
@@ -340,6 +341,7 @@ struct Spans {
 #[derive(Debug, Default)]
 struct ServiceSpans {
     command: Option<Range<usize>>,
+    ready_check: Option<Range<usize>>,
     working_dir: Option<Range<usize>>,
     env_from: Option<Range<usize>>,
     user: Option<Range<usize>>,
@@ -350,6 +352,7 @@ struct WatchSpans {
     paths: Range<usize>,
     check: Option<Range<usize>>,
     exec: Option<Range<usize>>,
+    verify: Option<Range<usize>>,
     publish: Option<Range<usize>>,
 }
 
@@ -366,10 +369,15 @@ impl Config {
 
     /// Reads and validates the file at `path`, then checks it against this
     /// host, with relative paths taken from `cwd`: what can never work here
-    /// is an error, what may work later a warning (returned).
-    pub fn load_on_host(path: &Path, cwd: &Path) -> Result<(Config, Vec<String>), ConfigError> {
+    /// is an error, what must be there only where tend runs (`place` says
+    /// whether that is here) or is likely a mistake a warning (returned).
+    pub fn load_on_host(
+        path: &Path,
+        cwd: &Path,
+        place: Place,
+    ) -> Result<(Config, Vec<String>), ConfigError> {
         let text = read(path)?;
-        Config::parse_on_host(&text, cwd).map_err(|message| ConfigError {
+        Config::parse_on_host(&text, cwd, place).map_err(|message| ConfigError {
             path: path.to_path_buf(),
             message,
         })
@@ -381,14 +389,18 @@ impl Config {
     }
 
     /// `parse`, then the checks against this host; returns the warnings.
-    fn parse_on_host(text: &str, cwd: &Path) -> Result<(Config, Vec<String>), String> {
+    fn parse_on_host(
+        text: &str,
+        cwd: &Path,
+        place: Place,
+    ) -> Result<(Config, Vec<String>), String> {
         let (config, spans) = Config::parse_spanned(text)?;
-        let warnings = host::inspect(&config, &spans, text, cwd)?;
+        let warnings = host::inspect(&config, &spans, text, cwd, place)?;
         Ok((config, warnings))
     }
 
     fn parse_spanned(text: &str) -> Result<(Config, Spans), String> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| explain_toml_error(&e))?;
+        let raw: RawConfig = toml::from_str(text).map_err(|e| explain_toml_error(&e, text))?;
         let span = |v: &Option<Spanned<PathBuf>>| v.as_ref().map(Spanned::span);
         let (services, main, service_spans) = services(raw.service, text)?;
         let mut spans = Spans {
@@ -403,6 +415,7 @@ impl Config {
                 paths: w.paths.span(),
                 check: w.check.as_ref().map(Spanned::span),
                 exec: w.exec.as_ref().map(Spanned::span),
+                verify: w.verify.as_ref().map(Spanned::span),
                 publish: w.publish.as_ref().map(Spanned::span),
             });
             let owner = w.service.clone();
@@ -1100,6 +1113,7 @@ fn services(
         }
         spans.push(ServiceSpans {
             command: r.command.as_ref().map(Spanned::span),
+            ready_check: r.ready_check.as_ref().map(Spanned::span),
             working_dir: r.working_dir.as_ref().map(Spanned::span),
             env_from: r.env_from.as_ref().map(Spanned::span),
             user: r.user.as_ref().map(Spanned::span),
@@ -1643,7 +1657,29 @@ struct Argv(Vec<String>);
 
 impl<'de> Deserialize<'de> for Argv {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let argv = Vec::<String>::deserialize(d)?;
+        struct V;
+        impl<'de> de::Visitor<'de> for V {
+            type Value = Vec<String>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a command as a list of strings, like [\"nginx\", \"-t\"]")
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<String>, A::Error> {
+                let mut argv = Vec::new();
+                while let Some(arg) = seq.next_element::<String>()? {
+                    argv.push(arg);
+                }
+                Ok(argv)
+            }
+            // The shape a shell user writes first.
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Vec<String>, E> {
+                Err(E::custom(format!(
+                    "a command is a list of strings, not one string: tend runs it without a \
+                     shell, so give the program and each argument as its own string: {}",
+                    suggest_argv(v)
+                )))
+            }
+        }
+        let argv = d.deserialize_any(V)?;
         match argv.first() {
             None => Err(de::Error::custom(
                 "the command is empty: give the program and its arguments, like [\"nginx\", \"-t\"]",
@@ -1656,6 +1692,25 @@ impl<'de> Deserialize<'de> for Argv {
             }
             _ => Ok(Argv(argv)),
         }
+    }
+}
+
+/// How to write the command `line` (as a shell would read it) as an argv
+/// list: the words, and `sh -c` when it uses what only a shell does.
+pub(crate) fn suggest_argv(line: &str) -> String {
+    const SHELL_ONLY: [char; 11] = ['$', '`', '|', '&', '<', '>', '(', ')', '*', '?', '~'];
+    let sh = || quote_list(&["sh".to_string(), "-c".to_string(), line.to_string()]);
+    match shlex::split(line) {
+        Some(words) if !words.is_empty() && !line.contains(SHELL_ONLY) => {
+            let words = quote_list(&words);
+            // `;` ends a command unless it is quoted ('daemon off;').
+            if line.contains(';') {
+                format!("{words}, or, for the shell to read it, {}", sh())
+            } else {
+                words
+            }
+        }
+        _ => sh(),
     }
 }
 
@@ -1697,38 +1752,173 @@ impl StringOnly {
 // ------------------------------------------------------------ error text
 
 /// The TOML error as the parser states it (it names line and column and
-/// shows the line), plus a suggestion when an unknown key is close to a known one.
-fn explain_toml_error(e: &toml::de::Error) -> String {
-    let mut text = e.to_string().trim_end().to_string();
-    if let Some(hint) = unknown_key_hint(e.message()) {
-        text.push_str("\nhelp: ");
-        text.push_str(&hint);
+/// shows the line), plus the fix when the mistake is a known one: an unknown
+/// key close to a known one, or that belongs in another table; `[watch]`
+/// for `[[watch]]`; one string where a list is needed.
+fn explain_toml_error(e: &toml::de::Error, text: &str) -> String {
+    let mut out = e.to_string().trim_end().to_string();
+    let hint = unknown_key_hint(e.message()).or_else(|| {
+        e.span()
+            .and_then(|span| shape_hint(e.message(), text, span))
+    });
+    if let Some(hint) = hint {
+        out.push_str("\nhelp: ");
+        out.push_str(&hint);
     }
-    text
+    out
 }
+
+/// Every table's keys, to say where a key unknown in one belongs. A test
+/// holds them to what the parser accepts.
+const TABLE_KEYS: [(&str, &[&str]); 5] = [
+    (
+        "[service]",
+        &[
+            "name",
+            "after",
+            "oneshot",
+            "main",
+            "required",
+            "output",
+            "reload_notify",
+            "user",
+            "command",
+            "working_dir",
+            "env",
+            "env_from",
+            "stop_signal",
+            "stop_timeout",
+            "restart",
+            "process_group",
+            "notify",
+            "ready_check",
+            "ready_timeout",
+            "restart_mode",
+        ],
+    ),
+    ("[readiness]", &["file", "status_file", "invalid_config"]),
+    (
+        "[[watch]]",
+        &[
+            "service",
+            "optional",
+            "check_sockets",
+            "name",
+            "paths",
+            "check",
+            "check_timeout",
+            "recheck",
+            "on_change",
+            "signal",
+            "exec",
+            "http",
+            "debounce",
+            "publish",
+            "verify",
+            "verify_timeout",
+            "splay",
+        ],
+    ),
+    (
+        "[[socket]]",
+        &["service", "name", "listen", "backlog", "mode"],
+    ),
+    ("[http]", &["listen"]),
+];
 
 /// serde states an unknown key as "unknown field `x`, expected one of `a`, `b`".
 fn unknown_key_hint(message: &str) -> Option<String> {
     let rest = message.strip_prefix("unknown field `")?;
     let (key, expected) = rest.split_once('`')?;
+    let expected: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
     let best = expected
-        .split('`')
-        .skip(1)
-        .step_by(2)
-        .map(|candidate| (edit_distance(key, candidate), candidate))
+        .iter()
+        .map(|candidate| (edit_distance(key, candidate), *candidate))
         .min()?;
     let limit = if key.len() <= 4 { 1 } else { 2 };
-    let best = if best.0 <= limit {
+    let close = if best.0 <= limit {
         Some(best.1)
     } else {
         // `watches` for `watch`, `services` for `service`.
         expected
-            .split('`')
-            .skip(1)
-            .step_by(2)
-            .find(|c| key.starts_with(c) || c.starts_with(key))
-    }?;
-    Some(format!("did you mean `{best}`?"))
+            .iter()
+            .find(|c| key.starts_with(**c) || c.starts_with(key))
+            .copied()
+    };
+    if let Some(close) = close {
+        return Some(format!("did you mean `{close}`?"));
+    }
+    belongs_elsewhere(key, &expected)
+}
+
+/// Where `key`, unknown in the table whose keys are `expected`, belongs.
+fn belongs_elsewhere(key: &str, expected: &[&str]) -> Option<String> {
+    let here = TABLE_KEYS.iter().find(|(_, keys)| {
+        keys.len() == expected.len() && keys.iter().all(|k| expected.contains(k))
+    });
+    let homes: Vec<&str> = TABLE_KEYS
+        .iter()
+        .filter(|(_, keys)| keys.contains(&key))
+        .map(|(table, _)| *table)
+        .collect();
+    if homes.is_empty() {
+        return None;
+    }
+    let mut hint = match here {
+        Some((table, _)) => format!(
+            "`{key}` is not a key of {table}: it belongs in {}",
+            homes.join(" or ")
+        ),
+        None => format!("`{key}` belongs in {}", homes.join(" or ")),
+    };
+    if here.is_some_and(|(table, _)| *table == "[[watch]]")
+        && matches!(key, "stop_timeout" | "stop_signal")
+    {
+        hint.push_str(
+            " (a restart on a change stops the service with the service's stop_signal and \
+             stop_timeout)",
+        );
+    }
+    Some(hint)
+}
+
+/// The fix for a value or table of the wrong shape, from what the parser
+/// pointed at (`span` of `text`): `[watch]` for `[[watch]]`, `[[http]]`
+/// for `[http]`, one string where a list of them is needed.
+fn shape_hint(message: &str, text: &str, span: Range<usize>) -> Option<String> {
+    let pointed = text.get(span.clone())?.trim();
+    if let Some(name) = pointed
+        .strip_prefix("[[")
+        .and_then(|p| p.strip_suffix("]]"))
+        .map(str::trim)
+    {
+        return matches!(name, "readiness" | "http").then(|| {
+            format!("[[{name}]] makes a list of tables, and there is one [{name}]: write [{name}]")
+        });
+    }
+    if let Some(name) = pointed
+        .strip_prefix('[')
+        .and_then(|p| p.strip_suffix(']'))
+        .map(str::trim)
+    {
+        let plural = match name {
+            "watch" => "watches",
+            "socket" => "sockets",
+            _ => return None,
+        };
+        return Some(format!(
+            "[{name}] is a single table, but {plural} are a list of tables: write [[{name}]] \
+             (double brackets) before the keys of each"
+        ));
+    }
+    if message.starts_with("invalid type: string") && message.ends_with("expected a sequence") {
+        let line_start = text[..span.start].rfind('\n').map_or(0, |i| i + 1);
+        let key = text[line_start..span.start].split('=').next()?.trim();
+        if !key.is_empty() {
+            return Some(format!("`{key}` is a list: {key} = [{pointed}]"));
+        }
+    }
+    None
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {
@@ -2080,6 +2270,151 @@ debounce = "2m"
         assert!(e.contains("line 3"), "{e}");
         let e = err("[[watches]]\npaths = [\"/x\"]\n");
         assert!(e.contains("did you mean `watch`"), "{e}");
+    }
+
+    #[test]
+    fn a_key_of_another_table_says_where_it_belongs() {
+        let watch = "[[watch]]\npaths = [\"/x\"]\non_change = \"restart\"\n";
+        let e = err(&format!("{watch}stop_timeout = \"20s\"\n"));
+        assert!(e.contains("TOML parse error at line 4, column 1"), "{e}");
+        assert!(
+            e.ends_with(
+                "\nhelp: `stop_timeout` is not a key of [[watch]]: it belongs in [service] (a \
+                 restart on a change stops the service with the service's stop_signal and \
+                 stop_timeout)"
+            ),
+            "{e}"
+        );
+        let e = err("stop_timeout = \"20s\"\n[service]\ncommand = [\"x\"]\n");
+        assert!(
+            e.ends_with("\nhelp: `stop_timeout` belongs in [service]"),
+            "{e}"
+        );
+        let e = err("[service]\ncheck_timeout = \"5s\"\n");
+        assert!(
+            e.ends_with(
+                "\nhelp: `check_timeout` is not a key of [service]: it belongs in [[watch]]"
+            ),
+            "{e}"
+        );
+        let e = err("[readiness]\nlisten = \"0.0.0.0:9533\"\n");
+        assert!(e.ends_with("it belongs in [[socket]] or [http]"), "{e}");
+        // A close match is the likelier fix.
+        let e = err(&format!("{watch}chek = [\"true\"]\n"));
+        assert!(e.ends_with("\nhelp: did you mean `check`?"), "{e}");
+        assert!(!err("[service]\nbogus = 1\n").contains("help:"));
+    }
+
+    #[test]
+    fn the_table_keys_are_the_keys_each_table_takes() {
+        for (table, keys) in TABLE_KEYS {
+            let e = err(&format!("{table}\ntend_no_such_key = 1\n"));
+            let expected = e
+                .split(", expected ")
+                .nth(1)
+                .unwrap()
+                .lines()
+                .next()
+                .unwrap();
+            let mut parsed: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+            let mut listed = keys.to_vec();
+            parsed.sort_unstable();
+            listed.sort_unstable();
+            assert_eq!(parsed, listed, "{table}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_table_written_with_the_wrong_brackets_gets_the_right_ones() {
+        let e = err("[watch]\npaths = [\"/x\"]\non_change = \"none\"\n");
+        assert!(e.contains("line 1, column 1"), "{e}");
+        assert!(
+            e.ends_with(
+                "\nhelp: [watch] is a single table, but watches are a list of tables: write \
+                 [[watch]] (double brackets) before the keys of each"
+            ),
+            "{e}"
+        );
+        let e = err(
+            "[service]\ncommand = [\"x\"]\n\n[socket]\nname = \"a\"\nlisten = \"127.0.0.1:1\"\n",
+        );
+        assert!(
+            e.contains("line 4") && e.contains("write [[socket]]"),
+            "{e}"
+        );
+        for table in ["readiness", "http"] {
+            let e = err(&format!("[[{table}]]\nfile = \"/x\"\n"));
+            assert!(
+                e.ends_with(&format!(
+                    "\nhelp: [[{table}]] makes a list of tables, and there is one [{table}]: \
+                     write [{table}]"
+                )),
+                "{e}"
+            );
+        }
+        Config::parse("[service]\ncommand = [\"x\"]\n").unwrap();
+        Config::parse("[[service]]\ncommand = [\"x\"]\n").unwrap();
+    }
+
+    #[test]
+    fn a_command_written_as_one_string_shows_the_list() {
+        let e = err("[service]\ncommand = \"nginx -g 'daemon off;'\"\n");
+        assert!(e.contains("line 2, column 11"), "{e}");
+        assert!(
+            e.contains(
+                "a command is a list of strings, not one string: tend runs it without a shell, \
+                 so give the program and each argument as its own string: [\"nginx\", \"-g\", \
+                 \"daemon off;\"], or, for the shell to read it, [\"sh\", \"-c\", \"nginx -g \
+                 'daemon off;'\"]"
+            ),
+            "{e}"
+        );
+        let w = "[[watch]]\npaths = [\"/x\"]\n";
+        for (text, line, fix) in [
+            (
+                format!("{w}check = \"nginx -t\"\non_change = \"none\"\n"),
+                "line 3",
+                "[\"nginx\", \"-t\"]",
+            ),
+            (
+                format!("{w}on_change = \"exec\"\nexec = \"kill -HUP $(cat /run/app.pid)\"\n"),
+                "line 4",
+                "[\"sh\", \"-c\", \"kill -HUP $(cat /run/app.pid)\"]",
+            ),
+            (
+                format!("{w}on_change = \"none\"\nverify = \"curl -fs 'http://127.0.0.1/a b'\"\n"),
+                "line 4",
+                "[\"curl\", \"-fs\", \"http://127.0.0.1/a b\"]",
+            ),
+            (
+                "[service]\nready_check = \"pg_isready\"\n".to_string(),
+                "line 2",
+                "[\"pg_isready\"]",
+            ),
+        ] {
+            let e = err(&text);
+            assert!(e.contains(line) && e.contains(fix), "{text}: {e}");
+        }
+        // Any other type says what a command is.
+        let e = err("[service]\ncommand = 3\n");
+        assert!(e.contains("a command as a list of strings, like"), "{e}");
+        let e = err("[service]\ncommand = [\"a\", 3]\n");
+        assert!(e.contains("expected a string"), "{e}");
+    }
+
+    #[test]
+    fn one_path_where_a_list_is_needed_shows_the_list() {
+        let e = err("[[watch]]\npaths = \"/etc/app\"\non_change = \"none\"\n");
+        assert!(
+            e.contains("line 2, column 9")
+                && e.ends_with("\nhelp: `paths` is a list: paths = [\"/etc/app\"]"),
+            "{e}"
+        );
+        let e = err("[service]\nenv_from = '/etc/env'\n");
+        assert!(
+            e.ends_with("\nhelp: `env_from` is a list: env_from = ['/etc/env']"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -275,6 +275,21 @@ fn json_line(event: &Event<'_>) -> String {
     line
 }
 
+/// A JSON line like the log's, for what tend says outside of it (a config
+/// error before anything starts): `timestamp`, `level`, `target` "tend"
+/// and `message`.
+pub fn json_record(level: &str, message: &str) -> String {
+    let mut line = serde_json::json!({
+        "timestamp": crate::time::rfc3339_micros(SystemTime::now()),
+        "level": level,
+        "target": "tend",
+        "message": message,
+    })
+    .to_string();
+    line.push('\n');
+    line
+}
+
 /// A value recorded with `?`, typed: a Duration's Debug (`1.5s`, `12ms`) as
 /// seconds; a Debug that is valid JSON (numbers, plain strings and lists of
 /// them, as `Vec<PathBuf>` prints) as that JSON; anything else as its text.

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use tracing::level_filters::LevelFilter;
 
 use tend::cli::{self, Cli, Mode, Parsed};
-use tend::config::{self, Config, ConfigError};
+use tend::config::{self, Config, ConfigError, Place};
 use tend::http_server::HttpServer;
 use tend::{control, http_action, log, probe, show, signals, sockets, supervisor};
 
@@ -113,6 +113,8 @@ fn tend_main() -> i32 {
 }
 
 fn run(cli: Cli) -> Result<i32, Failure> {
+    let asked =
+        cli.config.is_some() || std::env::var_os("TEND_CONFIG").is_some_and(|p| !p.is_empty());
     let config_path = find_config(cli.config)?;
     // Without a config tend is a plain init, as quiet as tini: an interactive
     // program under it owns the terminal. A config asks for a supervisor,
@@ -130,7 +132,14 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         report(info)
     }));
     match cli.mode {
-        Some(Mode::CheckConfig) => check_config(config_path),
+        Some(Mode::CheckConfig) => check_config(
+            config_path,
+            if cli.in_image {
+                Place::InImage
+            } else {
+                Place::Anywhere
+            },
+        ),
         Some(mode @ (Mode::Probe | Mode::Status)) => {
             let Some(path) = config_path else {
                 return Err(Failure::Usage(format!(
@@ -175,12 +184,23 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         None => {
             let config = match &config_path {
                 Some(path) => {
-                    Config::load_on_host(path, &current_dir()?)
+                    Config::load_on_host(path, &current_dir()?, Place::Run)
                         .map_err(Failure::Config)?
                         .0
                 }
                 None => Config::default(),
             };
+            if let Some(path) = config_path
+                .as_ref()
+                .filter(|_| !asked && !cli.command.is_empty())
+            {
+                // `docker run --entrypoint tend IMAGE -- sh` still runs under it.
+                tracing::info!(
+                    "running COMMAND as the service of {}, the default config (--config \
+                     /dev/null runs it without one)",
+                    path.display()
+                );
+            }
             let argv = if !cli.command.is_empty() {
                 cli.command
             } else if let Some(argv) = config.service().command.clone() {
@@ -247,7 +267,7 @@ fn find_config(flag: Option<PathBuf>) -> Result<Option<PathBuf>, Failure> {
     Ok(Some(path))
 }
 
-fn check_config(path: Option<PathBuf>) -> Result<i32, Failure> {
+fn check_config(path: Option<PathBuf>, place: Place) -> Result<i32, Failure> {
     let Some(path) = path else {
         return Err(Failure::Usage(format!(
             "no config to check: pass --config PATH, set $TEND_CONFIG, or create {}",
@@ -255,9 +275,9 @@ fn check_config(path: Option<PathBuf>) -> Result<i32, Failure> {
         )));
     };
     let (config, warnings) =
-        Config::load_on_host(&path, &current_dir()?).map_err(Failure::Config)?;
+        Config::load_on_host(&path, &current_dir()?, place).map_err(Failure::Config)?;
     for w in warnings {
-        cli::complain(format!("warning: {}: {w}", path.display()));
+        cli::warn(format!("{}: {w}", path.display()));
     }
     let (bound, chain) = config.stop_bound();
     let chain: Vec<String> = chain

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use crate::config;
-use crate::status::{Status, WatchResult};
+use crate::status::{Status, WatchResult, WatchStatus};
 use crate::text;
 
 /// Prints one line saying whether tend is ready and why not; returns the exit
@@ -77,15 +77,122 @@ pub fn verdict(status: &Status) -> (bool, String) {
             status
                 .watches
                 .iter()
-                .find(|w| w.result != WatchResult::Applied),
+                .find(|w| !w.missing.is_empty() || w.result != WatchResult::Applied),
         )
     };
     if let Some(w) = problem {
-        line.push_str(&format!("; watch {:?}: {}", w.name, w.result.as_str()));
-        let why = text::summary(&w.check_output);
-        if !why.is_empty() {
-            line.push_str(&format!(": {why}"));
-        }
+        line.push_str(&format!("; watch {:?}: {}", w.name, watch_problem(w)));
     }
     (status.ready, line)
+}
+
+/// Why watch `w` keeps tend from being ready: a path that is not there, or
+/// its result and the line of its check's output that says why.
+pub fn watch_problem(w: &WatchStatus) -> String {
+    if !w.missing.is_empty() {
+        return format!(
+            "{} {} not exist (mount the volume there, or set optional = true)",
+            w.missing.join(", "),
+            if w.missing.len() == 1 { "does" } else { "do" }
+        );
+    }
+    let result = w.result.as_str();
+    let why = text::summary(&w.check_output);
+    // A check that says "invalid: ..." itself needs no second "invalid".
+    let repeats = why
+        .get(..result.len())
+        .is_some_and(|head| head.eq_ignore_ascii_case(result))
+        && why[result.len()..].starts_with([':', ' ']);
+    match (why.is_empty(), repeats) {
+        (true, _) => result.to_string(),
+        (false, true) => why,
+        (false, false) => format!("{result}: {why}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::{ServiceStatus, State};
+
+    fn status(ready: bool, watch: WatchStatus) -> Status {
+        Status {
+            state: if ready {
+                State::Ready
+            } else {
+                State::InvalidConfig
+            },
+            ready,
+            service: ServiceStatus {
+                pid: Some(42),
+                restarts: 0,
+                status: None,
+                instances: vec![],
+            },
+            services: vec![],
+            watches: vec![watch],
+            updated_at: String::new(),
+        }
+    }
+
+    fn watch(result: WatchResult, output: &str, missing: &[&str]) -> WatchStatus {
+        WatchStatus {
+            name: "app".into(),
+            service: String::new(),
+            result,
+            check_output: output.into(),
+            missing: missing.iter().map(|m| m.to_string()).collect(),
+            changed_at: None,
+            action_at: None,
+        }
+    }
+
+    #[test]
+    fn the_line_says_why_once() {
+        for (output, says) in [
+            (
+                "invalid: key `port` is missing\n",
+                "watch \"app\": invalid: key `port` is missing",
+            ),
+            (
+                "Invalid config at line 3\n",
+                "watch \"app\": Invalid config at line 3",
+            ),
+            ("error: line 3\n", "watch \"app\": invalid: error: line 3"),
+            (
+                "invalidated cache\n",
+                "watch \"app\": invalid: invalidated cache",
+            ),
+            ("", "watch \"app\": invalid"),
+        ] {
+            let (ready, line) = verdict(&status(false, watch(WatchResult::Invalid, output, &[])));
+            assert!(!ready);
+            assert_eq!(
+                line,
+                format!("not ready: state invalid_config; {says}"),
+                "{output:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_missing_path_is_the_reason_before_the_result() {
+        let (_, line) = verdict(&status(
+            false,
+            watch(WatchResult::Applied, "", &["/etc/app/conf.d"]),
+        ));
+        assert_eq!(
+            line,
+            "not ready: state invalid_config; watch \"app\": /etc/app/conf.d does not exist \
+             (mount the volume there, or set optional = true)"
+        );
+        let (_, line) = verdict(&status(
+            false,
+            watch(WatchResult::Invalid, "bad", &["/a", "/b"]),
+        ));
+        assert!(
+            line.ends_with("/a, /b do not exist (mount the volume there, or set optional = true)"),
+            "{line}"
+        );
+    }
 }

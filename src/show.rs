@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::config;
-use crate::status::Status;
+use crate::status::{Status, WatchResult};
 use crate::text;
 
 /// Prints the status file; returns the exit code (0 when it was read, 1 when
@@ -47,7 +47,22 @@ fn render(s: &Status) -> String {
     let mut out = String::new();
     let yes_no = |b: bool| if b { "yes" } else { "no" };
     let _ = writeln!(out, "state       {}", s.state.as_str());
-    let _ = writeln!(out, "ready       {}", yes_no(s.ready));
+    // Why not, when a watch says: the service itself may well be ready.
+    let why_not = s
+        .watches
+        .iter()
+        .find(|w| !w.missing.is_empty() || w.result != WatchResult::Applied)
+        .filter(|_| !s.ready)
+        .map(|w| {
+            let what = if w.missing.is_empty() {
+                w.result.as_str().to_string()
+            } else {
+                format!("{} does not exist", w.missing.join(", "))
+            };
+            format!(" (watch {:?}: {what})", w.name)
+        })
+        .unwrap_or_default();
+    let _ = writeln!(out, "ready       {}{why_not}", yes_no(s.ready));
     let pid = s
         .service
         .pid
@@ -67,7 +82,7 @@ fn render(s: &Status) -> String {
             "  instance  pid {} {}{}",
             i.pid,
             i.state,
-            if i.ready { ", ready" } else { "" }
+            if i.ready { ", service ready" } else { "" }
         );
     }
     if s.services.len() > 1 {
@@ -100,6 +115,9 @@ fn render(s: &Status) -> String {
             String::new()
         };
         let _ = writeln!(out, "watch       {}{owner}: {}", w.name, w.result.as_str());
+        for path in &w.missing {
+            let _ = writeln!(out, "  missing   {path} (not ready until it exists)");
+        }
         let why = text::summary(&w.check_output);
         if !why.is_empty() {
             let _ = writeln!(out, "  check     {why}");
@@ -117,7 +135,7 @@ fn render(s: &Status) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::{InstanceStatus, ServiceStatus, State, WatchResult, WatchStatus};
+    use crate::status::{InstanceStatus, ServiceStatus, State, WatchStatus};
 
     #[test]
     fn every_fact_a_person_needs_is_on_its_own_line() {
@@ -140,6 +158,7 @@ mod tests {
                 service: "nginx".into(),
                 result: WatchResult::Invalid,
                 check_output: "nginx: [emerg] unknown directive \"x\"\ntest failed\n".into(),
+                missing: vec![],
                 changed_at: Some("2026-01-02T03:04:05Z".into()),
                 action_at: None,
             }],
@@ -148,14 +167,47 @@ mod tests {
         assert_eq!(
             render(&s),
             "state       invalid_config\n\
-             ready       no\n\
+             ready       no (watch \"nginx\": invalid)\n\
              service     pid 42, 1 restart\n  \
                status    Serving\n  \
-               instance  pid 42 serving, ready\n\
+               instance  pid 42 serving, service ready\n\
              watch       nginx: invalid\n  \
                check     nginx: [emerg] unknown directive \"x\"\n  \
                changed   2026-01-02T03:04:05Z\n\
              updated     2026-01-02T03:04:06Z\n"
+        );
+    }
+
+    #[test]
+    fn a_missing_path_is_why_tend_is_not_ready() {
+        let s = Status {
+            state: State::Starting,
+            ready: false,
+            service: ServiceStatus {
+                pid: Some(42),
+                restarts: 0,
+                status: None,
+                instances: vec![],
+            },
+            services: vec![],
+            watches: vec![WatchStatus {
+                name: "app".into(),
+                service: "app".into(),
+                result: WatchResult::Applied,
+                check_output: String::new(),
+                missing: vec!["/etc/app/conf.d".into()],
+                changed_at: None,
+                action_at: None,
+            }],
+            updated_at: String::new(),
+        };
+        assert_eq!(
+            render(&s),
+            "state       starting\n\
+             ready       no (watch \"app\": /etc/app/conf.d does not exist)\n\
+             service     pid 42, 0 restarts\n\
+             watch       app: applied\n  \
+               missing   /etc/app/conf.d (not ready until it exists)\n"
         );
     }
 

@@ -234,6 +234,13 @@ pub fn take_over() -> Result<(), String> {
     Ok(())
 }
 
+/// The pid of the process that sent a signal, for logs: None when the
+/// signalfd record says 0, which is a sender outside tend's PID namespace
+/// (the container runtime, the kubelet, `kill` on the host) or the kernel.
+pub fn sender(from: u32) -> Option<u32> {
+    (from != 0).then_some(from)
+}
+
 /// A signal number as a name for logs: `SIGHUP`; realtime ones as `kill -l`
 /// names them, `SIGRTMIN+2`, `SIGRTMAX-1`; anything else `signal 32`.
 pub fn describe(signo: i32) -> String {

@@ -383,6 +383,7 @@ mod tests {
                 service: "nginx".into(),
                 result: WatchResult::ActionFailed,
                 check_output: "ok\n".into(),
+                missing: vec![],
                 changed_at: None,
                 action_at: None,
             }],

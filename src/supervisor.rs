@@ -321,7 +321,7 @@ impl Supervisor {
                     send(pid, group, signo);
                     tracing::info!(
                         pid = pid.as_raw(),
-                        from,
+                        sender_pid = signals::sender(from),
                         "forwarded {} to the service",
                         signals::describe(signo)
                     );

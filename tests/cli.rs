@@ -37,6 +37,46 @@ fn with_a_config_tend_logs_at_info() {
     assert!(err.contains("INFO service started"), "{err}");
 }
 
+#[test]
+fn the_default_config_takes_a_command_and_says_so_and_dev_null_is_none() {
+    let sb = Sandbox::new();
+    sb.write(
+        "etc/tend/supervisor.toml",
+        "[service]\nenv = { FROM = \"the default config\" }\n",
+    );
+    // /etc/tend/supervisor.toml in a mount namespace of its own.
+    let etc = sb.path("etc").display().to_string();
+    let run = |args: &[&str]| {
+        let mut argv = vec![
+            "--mount",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--mount-proc",
+            "sh",
+            "-c",
+            "mount --bind \"$0\" /etc && exec \"$@\"",
+            &etc,
+            TEND,
+        ];
+        argv.extend(args);
+        argv.extend(["--", "sh", "-c", "echo \"[$FROM]\""]);
+        sb.tend().wrapped("unshare", &argv).run(secs(10.0))
+    };
+    let (code, out, err) = run(&[]);
+    assert_eq!((code, out.as_str()), (0, "[the default config]\n"), "{err}");
+    assert!(
+        err.contains(
+            "INFO running COMMAND as the service of /etc/tend/supervisor.toml, the default \
+             config (--config /dev/null runs it without one)"
+        ),
+        "{err}"
+    );
+    let (code, out, err) = run(&["--config", "/dev/null"]);
+    assert_eq!((code, out.as_str()), (0, "[]\n"), "{err}");
+    assert!(!err.contains("default config"), "{err}");
+}
+
 /// Runs `tend ARGS...` directly (not as PID 1): (exit code, stdout, stderr).
 fn tend(args: &[&str]) -> (i32, String, String) {
     let out = std::process::Command::new(TEND)
@@ -62,8 +102,10 @@ fn help_and_version_follow_the_usual_words() {
         for args in [&[sub, "--help"][..], &[sub, "-h"], &["help", sub]] {
             let (code, out, _) = tend(args);
             assert_eq!(code, 0, "{args:?}");
+            let usage = out.lines().next().unwrap_or_default();
             assert!(
-                out.starts_with(&format!("Usage: tend {sub} [--config PATH]\n")),
+                usage.starts_with(&format!("Usage: tend {sub} "))
+                    && usage.ends_with(" [--config PATH]"),
                 "{args:?}: {out}"
             );
         }
@@ -112,7 +154,7 @@ fn status_shows_the_state_and_why_a_watch_is_invalid() {
     let (code, out, _) = tend(&["status", "--config", &cfg_arg]);
     assert_eq!(code, 0, "{out}");
     assert!(
-        out.starts_with("state       invalid_config\nready       no\n"),
+        out.starts_with("state       invalid_config\nready       no (watch \"app\": invalid)\n"),
         "{out}"
     );
     assert!(

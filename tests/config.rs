@@ -13,6 +13,16 @@ fn check_config(sb: &Sandbox, toml: &str) -> (i32, String, String) {
         .run(secs(10.0))
 }
 
+/// `tend check-config --in-image`: checked as in the container tend runs in.
+fn check_in_image(sb: &Sandbox, toml: &str) -> (i32, String, String) {
+    let cfg = sb.config(toml);
+    sb.tend()
+        .not_pid1()
+        .args(&["check-config", "--in-image"])
+        .config(&cfg)
+        .run(secs(10.0))
+}
+
 #[test]
 fn check_config_prints_the_config_with_defaults_filled_in() {
     let sb = Sandbox::new();
@@ -162,10 +172,6 @@ fn configs_that_can_never_work_here_exit_2_naming_key_and_line() {
             ],
         ),
         (
-            "[service]\nworking_dir = \"/no/such/dir\"\n".to_string(),
-            &["line 2, column 15: service.working_dir \"/no/such/dir\""],
-        ),
-        (
             format!("{watch}check_timeout = \"0s\"\n"),
             &["line 5", "`check_timeout` is 0"],
         ),
@@ -204,28 +210,175 @@ fn a_command_written_as_one_string_starts_nothing() {
 }
 
 #[test]
-fn watched_paths_that_may_appear_later_are_warnings() {
+fn what_the_image_and_the_pod_provide_is_a_warning_outside_and_an_error_in_the_image() {
     let sb = Sandbox::new();
-    let (code, out, err) = check_config(
+    let watch = "[[watch]]\nname = \"app\"\npaths = [\"/etc/tend-test-no-such-volume\"]\n";
+    for (toml, says) in [
+        (
+            "[service]\ncommand = [\"true\"]\nworking_dir = \"/no/such/dir\"\n".to_string(),
+            "line 3, column 15: service.working_dir \"/no/such/dir\" cannot be used",
+        ),
+        (
+            "[service]\ncommand = [\"tend-no-such-server\", \"-f\"]\n".to_string(),
+            "line 2, column 11: service.command: \"tend-no-such-server\" is not in $PATH (",
+        ),
+        (
+            "[service]\ncommand = [\"true\"]\nready_check = [\"tend-no-such-curl\"]\n".to_string(),
+            "line 3, column 15: service.ready_check: \"tend-no-such-curl\" is not in $PATH",
+        ),
+        (
+            "[service]\ncommand = [\"true\"]\nuser = \"tend-no-such-user\"\n".to_string(),
+            "line 3, column 8: service.user: ",
+        ),
+        (
+            "[service]\ncommand = [\"true\"]\n[[watch]]\nname = \"app\"\npaths = [\"/\"]\n\
+             check = [\"/usr/sbin/tend-no-such-check\", \"-t\"]\non_change = \"exec\"\n\
+             exec = [\"true\"]\nverify = [\"true\"]\n"
+                .to_string(),
+            "line 6, column 9: watch \"app\": `check`: /usr/sbin/tend-no-such-check does not exist",
+        ),
+        (
+            format!("[service]\ncommand = [\"true\"]\n{watch}on_change = \"none\"\n"),
+            "line 5, column 9: watch \"app\": /etc/tend-test-no-such-volume does not exist: tend \
+             would not be ready until it does; mount the volume there (check the volumeMount's \
+             mountPath), or set optional = true on the watch if it may be absent",
+        ),
+    ] {
+        let (code, out, err) = check_config(&sb, &toml);
+        assert_eq!(code, 0, "outside the image: {toml}\n{err}");
+        assert!(out.contains("[service]"), "{out}");
+        let warning = format!(
+            "tend: warning: {}: {says}",
+            sb.path("supervisor.toml").display()
+        );
+        assert!(
+            err.contains(&warning),
+            "expected {warning:?} for {toml:?} in:\n{err}"
+        );
+        assert!(
+            err.contains("a warning outside the container: `tend check-config --in-image` there makes it an error"),
+            "{err}"
+        );
+        let (code, out, err) = check_in_image(&sb, &toml);
+        assert_eq!(code, 2, "in the image: {toml}\n{out}");
+        assert!(out.is_empty(), "{out}");
+        let error = format!(
+            "tend: invalid config {}: {says}",
+            sb.path("supervisor.toml").display()
+        );
+        assert!(
+            err.starts_with(&error),
+            "expected {error:?} for {toml:?} in:\n{err}"
+        );
+    }
+    // An optional volume may be absent; what is there passes in the image.
+    let (code, _, err) = check_in_image(
         &sb,
-        "[[watch]]\nname = \"app\"\npaths = [\"conf/app.conf\", \"/no/such/dir\"]\non_change = \"none\"\n",
+        &format!(
+            "[service]\ncommand = [\"sh\", \"-c\", \"true\"]\nworking_dir = \"/\"\n{watch}optional = true\non_change = \"none\"\n"
+        ),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(err, "");
+}
+
+#[test]
+fn relative_watched_paths_are_warnings() {
+    let sb = Sandbox::new();
+    std::fs::create_dir(sb.path("conf")).unwrap();
+    let (code, out, err) = check_in_image(
+        &sb,
+        "[[watch]]\nname = \"app\"\npaths = [\"conf\"]\non_change = \"none\"\n",
     );
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("[[watch]]"), "{out}");
     let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 3, "{err}");
+    assert_eq!(lines.len(), 1, "{err}");
     assert!(
-        lines.iter().all(|l| l.starts_with("tend: warning: ")),
-        "{err}"
-    );
-    assert!(
-        err.contains(&format!(
-            "line 3, column 9: watch \"app\": \"conf/app.conf\" is relative: from the current directory it is {}",
-            sb.path("conf/app.conf").display()
+        lines[0].ends_with(&format!(
+            "line 3, column 9: watch \"app\": \"conf\" is relative: from the current directory it is {}; tend resolves it from the directory it is started in",
+            sb.path("conf").display()
         )),
         "{err}"
     );
-    assert!(err.contains("/no/such/dir does not exist (yet)"), "{err}");
+}
+
+#[test]
+fn mistakes_a_newcomer_makes_are_named_with_the_fix() {
+    let sb = Sandbox::new();
+    for (toml, says) in [
+        (
+            "[service]\ncommand = [\"true\"]\n\n[watch]\npaths = [\"/etc/app\"]\non_change = \"signal\"\n",
+            "help: [watch] is a single table, but watches are a list of tables: write [[watch]] \
+             (double brackets) before the keys of each",
+        ),
+        (
+            "[service]\ncommand = \"nginx -g 'daemon off;'\"\n",
+            "give the program and each argument as its own string: [\"nginx\", \"-g\", \"daemon off;\"]",
+        ),
+        (
+            "[service]\ncommand = [\"true\"]\n[[watch]]\npaths = [\"/\"]\non_change = \"restart\"\nstop_timeout = \"20s\"\n",
+            "help: `stop_timeout` is not a key of [[watch]]: it belongs in [service]",
+        ),
+    ] {
+        let (code, _, err) = check_config(&sb, toml);
+        assert_eq!(code, 2, "{toml}");
+        assert!(
+            err.contains(says),
+            "expected {says:?} for {toml:?} in:\n{err}"
+        );
+    }
+    // Two watches of one service on one path: accepted, with why it is
+    // likely a mistake.
+    let (code, _, err) = check_config(
+        &sb,
+        "[service]\ncommand = [\"true\"]\n[[watch]]\nname = \"a\"\npaths = [\"/\"]\non_change = \"signal\"\n\
+         [[watch]]\nname = \"b\"\npaths = [\"/\"]\non_change = \"restart\"\n",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("line 9, column 9: watch \"b\" watches /, as watch \"a\" does: every change there runs both watches' checks and actions on the same service"),
+        "{err}"
+    );
+}
+
+#[test]
+fn with_json_logs_a_config_error_is_a_json_line() {
+    let sb = Sandbox::new();
+    let cfg = sb.config("[service]\ncommand = [\"true\"]\n[watch]\npaths = [\"/\"]\n");
+    let (code, _, err) = sb
+        .tend()
+        .env("TEND_LOG_FORMAT", "json")
+        .config(&cfg)
+        .run(secs(10.0));
+    assert_eq!(code, 2);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {err}");
+    let line: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(line["level"], "ERROR", "{line}");
+    let message = line["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!(
+            "invalid config {}: TOML parse error at line 3",
+            cfg.display()
+        )) && message.contains("write [[watch]]"),
+        "{line}"
+    );
+    assert!(line["timestamp"].is_string(), "{line}");
+    let (code, _, err) = sb
+        .tend()
+        .not_pid1()
+        .env("TEND_LOG_FORMAT", "json")
+        .args(&["check-config"])
+        .config(&sb.config("[service]\ncommand = [\"true\"]\nworking_dir = \"/no/such/dir\"\n"))
+        .run(secs(10.0));
+    assert_eq!(code, 0, "{err}");
+    let line: serde_json::Value = serde_json::from_str(err.trim_end()).unwrap();
+    assert_eq!(line["level"], "WARN", "{line}");
+    assert!(
+        line["message"].as_str().unwrap().contains("working_dir"),
+        "{line}"
+    );
 }
 
 #[test]

@@ -302,9 +302,10 @@ fn a_published_secret_the_service_could_not_start_with_is_rejected_and_a_crash_k
     let output = status["watches"][0]["check_output"].as_str().unwrap();
     assert!(
         output.contains(&format!(
-            "env_from {}: the file name \"2FA\" is not a variable name",
+            "{} (env_from reads it as {}): the file name \"2FA\" is not a variable name",
+            path(&vol.join("2FA")),
             path(&published.join("2FA"))
-        )),
+        )) && output.ends_with("; the service would not start with it"),
         "{output}"
     );
     assert!(

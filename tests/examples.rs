@@ -168,6 +168,22 @@ fn the_dockerfile_builds_a_static_binary_that_runs_in_an_empty_root() {
         in_root(&["check-config", "--config", "/supervisor.toml"]).0,
         0
     );
+    // In the image, what it provides is there; outside it, not.
+    assert_eq!(
+        in_root(&["check-config", "--in-image", "--config", "/supervisor.toml"]).0,
+        0
+    );
+    let outside = Command::new(TEND)
+        .args(["check-config", "--in-image", "--config"])
+        .arg(root.join("supervisor.toml"))
+        .output()
+        .unwrap();
+    assert_eq!(outside.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&outside.stderr).contains("/busybox does not exist"),
+        "{}",
+        String::from_utf8_lossy(&outside.stderr)
+    );
 
     let root_s = root.display().to_string();
     let mut tend = sb

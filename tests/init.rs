@@ -673,3 +673,23 @@ fn a_failed_handover_of_the_terminal_fails_the_start() {
         "{err}"
     );
 }
+
+#[test]
+fn a_signal_from_inside_the_container_names_its_sender() {
+    let sb = Sandbox::new();
+    // The service (pid 2) sends SIGHUP to tend, which forwards it back.
+    let (code, out, err) = sb
+        .tend()
+        .env("TEND_LOG", "info")
+        .command(&[
+            "sh",
+            "-c",
+            "trap 'echo got HUP; exit 0' HUP; kill -HUP 1; while :; do sleep 0.05; done",
+        ])
+        .run(secs(10.0));
+    assert_eq!((code, out.as_str()), (0, "got HUP\n"), "{err}");
+    assert!(
+        err.contains("INFO forwarded SIGHUP to the service pid=2 sender_pid=2\n"),
+        "{err}"
+    );
+}

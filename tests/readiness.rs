@@ -267,3 +267,95 @@ fn a_ready_file_that_is_not_there_is_never_reported_as_unremovable() {
         "one error per failure streak:\n{log}"
     );
 }
+
+/// A watch on `path`, "app", optional or not, for a service without a check.
+fn watching(sb: &Sandbox, path: &Path, optional: bool) -> PathBuf {
+    sb.config(&format!(
+        "[service]\ncommand = {}\n{}\n[[watch]]\nname = \"app\"\npaths = [{:?}]\noptional = {optional}\non_change = \"signal\"\n",
+        sb.service_toml(&[]),
+        sb.readiness_toml(),
+        path.display().to_string(),
+    ))
+}
+
+#[test]
+fn a_watched_path_that_does_not_exist_keeps_tend_not_ready_until_it_appears() {
+    let sb = Sandbox::new();
+    let vol = sb.path("conf.d");
+    let cfg = watching(&sb, &vol, false);
+    let mut tend = sb.tend().config(&cfg).start();
+    sb.wait_log("service start", 1, secs(10.0));
+    let log = tend.wait_stderr("does not exist", secs(10.0));
+    assert!(
+        log.contains(&format!(
+            " WARN {} does not exist: tend is not ready until it does; mount the volume there \
+             (check the volumeMount's mountPath), or set optional = true on the watch if it may \
+             be absent watch=\"app\"",
+            vol.display()
+        )),
+        "{log}"
+    );
+    let st = wait_for("the service to run without the path", secs(10.0), || {
+        sb.status().filter(|s| s["service"]["pid"].is_number())
+    });
+    assert_eq!(st["state"], "starting", "{st}");
+    assert_eq!(st["ready"], false, "{st}");
+    assert_eq!(
+        st["watches"][0]["missing"],
+        serde_json::json!([vol.display().to_string()])
+    );
+    assert!(!sb.is_ready());
+    let (code, line) = probe(&cfg);
+    assert_eq!(code, 1);
+    assert_eq!(
+        line,
+        format!(
+            "not ready: state starting; watch \"app\": {} does not exist (mount the volume \
+             there, or set optional = true)\n",
+            vol.display()
+        )
+    );
+    let status = std::process::Command::new(TEND)
+        .args(["status", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.contains(&format!(
+            "ready       no (watch \"app\": {} does not exist)\n",
+            vol.display()
+        )) && status.contains(&format!(
+            "  missing   {} (not ready until it exists)\n",
+            vol.display()
+        )),
+        "{status}"
+    );
+
+    // A volume with no keys: an empty directory.
+    fs::create_dir(&vol).unwrap();
+    sb.wait_ready(true, secs(5.0));
+    assert!(
+        tend.stderr()
+            .contains(&format!("INFO {} exists now", vol.display())),
+        "{}",
+        tend.stderr()
+    );
+    let st = sb.wait_state("ready", secs(5.0));
+    assert!(st["watches"][0].get("missing").is_none(), "{st}");
+    assert_eq!(tend.stderr().matches("does not exist").count(), 1);
+    tend.signal(Signal::SIGTERM);
+    assert_eq!(tend.wait(secs(10.0)), 0, "the service's status");
+}
+
+#[test]
+fn an_optional_watch_is_ready_without_its_path() {
+    let sb = Sandbox::new();
+    let vol = sb.path("conf.d");
+    let cfg = watching(&sb, &vol, true);
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    assert_eq!(probe(&cfg), (0, "ready (state ready)\n".into()));
+    assert!(!tend.stderr().contains("WARN"), "{}", tend.stderr());
+    tend.signal(Signal::SIGTERM);
+    assert_eq!(tend.wait(secs(10.0)), 0, "the service's status");
+}

@@ -615,12 +615,17 @@ fn tends_own_files_never_cause_a_reload() {
     ));
     let _tend = sb.tend().config(&cfg).start();
     sb.wait_log("service start", 1, secs(10.0));
+    // Not ready while the watched path is missing: only the status file.
+    wait_for("the status file", secs(10.0), || {
+        run.join("status.json").exists().then_some(())
+    });
+    // The watched path appears as a symlink to the directory tend writes in,
+    // where tend then writes the ready file and the status again.
+    std::os::unix::fs::symlink(&run, &conf).unwrap();
+    sb.wait_log("service sig SIGHUP", 1, secs(5.0));
     wait_for("the ready file", secs(10.0), || {
         run.join("ready").exists().then_some(())
     });
-    // The watched path appears as a symlink to the directory tend writes in.
-    std::os::unix::fs::symlink(&run, &conf).unwrap();
-    sb.wait_log("service sig SIGHUP", 1, secs(5.0));
     quiet(2.0);
     assert_eq!(
         sb.log("service sig SIGHUP").len(),

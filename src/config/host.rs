@@ -1,19 +1,52 @@
-//! A config checked against the host it is about to run on, for what the
-//! file alone cannot say. What can never work here is an error: a
-//! working_dir that is not there, a command written as one string with
-//! spaces (`["nginx -t"]`: there is no shell to split it). What may work
-//! later, or works but is likely a mistake, is a warning: a watched path that
-//! does not exist yet, a relative one (it depends on the directory tend is
-//! started in), a readiness file inside a watched path (tend never takes its
-//! own writes for a change, but a check that reads the directory sees them),
-//! an env_from path that cannot be read now (it is read again at every start).
+//! A config checked against the machine it is about to run on, for what the
+//! file alone cannot say. Where it is checked ([`Place`]) decides what a
+//! missing thing is:
+//!
+//! - What can never work is an error everywhere: a command written as one
+//!   string with spaces (`["nginx -t"]`: there is no shell to split it).
+//! - What the image provides (a working_dir, the programs of the service,
+//!   its checks, exec, verify and ready_check, a `user`) and what the pod
+//!   mounts (a watched path that is not `optional`, an env_from path) is an
+//!   error in the container (`check-config --in-image`) and a warning
+//!   elsewhere: CI checks the file without the image.
+//! - What works but is likely a mistake is a warning: a relative path (it
+//!   depends on the directory tend is started in), a readiness file inside a
+//!   watched path (tend never takes its own writes for a change, but a
+//!   check that reads the directory sees them), two watches of one service
+//!   on the same path.
+//!
+//! When tend starts, a working_dir that is not there is an error (the
+//! service could not start); a watched path that is not there keeps tend
+//! not ready until it appears (the core's decision), and a program that is
+//! not there fails where it is run.
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
+use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Component, Path, PathBuf};
 
-use super::{Action, Config, Spans, at, quote, quote_list};
+use super::{Action, CANDIDATE, Config, Spans, at, quote};
 use crate::envfile;
+
+/// Where a config is checked, which says what must be there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// `tend check-config`, anywhere (CI): what the image or the pod
+    /// provides is a warning.
+    Anywhere,
+    /// `tend check-config --in-image`, in the container as tend will run
+    /// (its volumes mounted): what the image or the pod provides and is not
+    /// here is an error.
+    InImage,
+    /// tend starting.
+    Run,
+}
+
+/// What a warning about something the image or the pod provides adds
+/// outside the container.
+const ELSEWHERE: &str =
+    "a warning outside the container: `tend check-config --in-image` there makes it an error";
 
 /// The warnings, or the first error, each naming its line.
 pub(super) fn inspect(
@@ -21,19 +54,56 @@ pub(super) fn inspect(
     spans: &Spans,
     text: &str,
     cwd: &Path,
+    place: Place,
 ) -> Result<Vec<String>, String> {
+    let mut found = Found {
+        place,
+        warnings: Vec::new(),
+    };
     let mut run_dirs = Vec::with_capacity(config.services.len());
     for i in 0..config.services.len() {
-        run_dirs.push(working_dir(config, i, spans, text, cwd)?);
+        run_dirs.push(working_dir(config, i, spans, text, cwd, &mut found)?);
     }
     commands(config, spans, text, &run_dirs)?;
-    let mut warnings = readiness_files(config, spans, text, cwd);
-    warnings.extend(watched_paths(config, spans, text, cwd));
-    for i in 0..config.services.len() {
-        warnings.extend(env_from(config, i, spans, text, cwd));
-        warnings.extend(user(config, i, spans, text));
+    if place != Place::Run {
+        programs(config, spans, text, &run_dirs, &mut found)?;
     }
-    Ok(warnings)
+    found
+        .warnings
+        .extend(readiness_files(config, spans, text, cwd));
+    watched_paths(config, spans, text, cwd, &mut found)?;
+    found
+        .warnings
+        .extend(shared_paths(config, spans, text, cwd));
+    for i in 0..config.services.len() {
+        env_from(config, i, spans, text, cwd, &mut found)?;
+        user(config, i, spans, text, &mut found)?;
+    }
+    Ok(found.warnings)
+}
+
+/// The warnings so far, and where the config is checked.
+struct Found {
+    place: Place,
+    warnings: Vec<String>,
+}
+
+impl Found {
+    /// Something the image or the pod provides is not here: an error in
+    /// the container, else a warning that says where it must be.
+    fn missing_here(&mut self, message: String) -> Result<(), String> {
+        match self.place {
+            Place::InImage => Err(message),
+            Place::Anywhere => {
+                self.warnings.push(format!("{message}; {ELSEWHERE}"));
+                Ok(())
+            }
+            Place::Run => {
+                self.warnings.push(message);
+                Ok(())
+            }
+        }
+    }
 }
 
 /// How the config names service `i` in a message.
@@ -44,33 +114,39 @@ fn label(config: &Config, i: usize) -> String {
     }
 }
 
-/// A warning when the user a service runs as is not in this machine's
-/// /etc/passwd (the image's may have it).
-fn user(config: &Config, i: usize, spans: &Spans, text: &str) -> Option<String> {
+/// The user a service runs as must be in the image's /etc/passwd.
+fn user(
+    config: &Config,
+    i: usize,
+    spans: &Spans,
+    text: &str,
+    found: &mut Found,
+) -> Result<(), String> {
     let Some(super::User::Name(name)) = &config.services[i].user else {
-        return None;
+        return Ok(());
     };
     match crate::users::Account::look_up(name, Path::new("/")) {
-        Ok(_) => None,
-        Err(e) => Some(at(
+        Ok(_) => Ok(()),
+        Err(e) => found.missing_here(at(
             text,
             spans.services[i].user.clone().unwrap_or_default(),
             &format!(
-                "{}.user: {e}; the service cannot start where that is so (check inside the image)",
+                "{}.user: {e}; the service cannot start where that is so",
                 label(config, i)
             ),
         )),
     }
 }
 
-/// Where commands run (a relative program is found from there); an error
-/// when working_dir is not a directory.
+/// Where commands run (a relative program is found from there). A
+/// working_dir that is not a directory is an error where tend runs.
 fn working_dir(
     config: &Config,
     i: usize,
     spans: &Spans,
     text: &str,
     cwd: &Path,
+    found: &mut Found,
 ) -> Result<PathBuf, String> {
     let Some(dir) = &config.services[i].working_dir else {
         return Ok(cwd.to_path_buf());
@@ -81,11 +157,90 @@ fn working_dir(
         Ok(_) => "is not a directory".to_string(),
         Err(e) => format!("cannot be used: {e}"),
     };
-    Err(at(
+    let message = at(
         text,
         spans.services[i].working_dir.clone().unwrap_or_default(),
         &format!("{}.working_dir {dir:?} {problem}", label(config, i)),
-    ))
+    );
+    match found.place {
+        Place::Anywhere => found.missing_here(message)?,
+        Place::InImage | Place::Run => return Err(message),
+    }
+    Ok(resolved)
+}
+
+/// A command the config gives.
+struct Command<'a> {
+    /// The service it runs for (its env and working_dir).
+    service: usize,
+    argv: &'a [String],
+    /// Where it is written.
+    span: Option<std::ops::Range<usize>>,
+    /// How a message names it: `service.command`, `watch "app": `check``.
+    key: String,
+}
+
+/// Every command of the config.
+fn all_commands<'a>(config: &'a Config, spans: &'a Spans) -> Vec<Command<'a>> {
+    let mut commands = Vec::new();
+    let mut add = |service, argv: &'a [String], span: &Option<_>, key| {
+        commands.push(Command {
+            service,
+            argv,
+            span: span.clone(),
+            key,
+        })
+    };
+    for (i, service) in config.services.iter().enumerate() {
+        let s = &spans.services[i];
+        if let Some(argv) = &service.command {
+            add(i, argv, &s.command, format!("{}.command", label(config, i)));
+        }
+        if let Some(argv) = &service.ready_check {
+            add(
+                i,
+                argv,
+                &s.ready_check,
+                format!("{}.ready_check", label(config, i)),
+            );
+        }
+    }
+    for (w, ws) in config.watches.iter().zip(&spans.watches) {
+        if let Some(argv) = &w.check {
+            add(
+                w.service,
+                argv,
+                &ws.check,
+                format!("watch {:?}: `check`", w.name),
+            );
+        }
+        if let Action::Exec(argv) = &w.action {
+            add(
+                w.service,
+                argv,
+                &ws.exec,
+                format!("watch {:?}: `exec`", w.name),
+            );
+        }
+        if let Some(argv) = &w.verify {
+            add(
+                w.service,
+                argv,
+                &ws.verify,
+                format!("watch {:?}: `verify`", w.name),
+            );
+        }
+    }
+    commands
+}
+
+/// The `$PATH` service `i`'s commands are looked up in: its env's, which
+/// is added to tend's, else tend's.
+fn search_path(config: &Config, i: usize) -> Option<OsString> {
+    match config.services[i].env.get("PATH") {
+        Some(p) => Some(OsString::from(p)),
+        None => std::env::var_os("PATH"),
+    }
 }
 
 /// An error for the first command written as one string with spaces.
@@ -95,49 +250,100 @@ fn commands(
     text: &str,
     run_dirs: &[PathBuf],
 ) -> Result<(), String> {
-    // The service's env is added to tend's, so its PATH wins.
-    let search_path = |i: usize| match config.services[i].env.get("PATH") {
-        Some(p) => Some(OsString::from(p)),
-        None => std::env::var_os("PATH"),
-    };
-    let mut commands = Vec::new();
-    for (i, service) in config.services.iter().enumerate() {
-        commands.push((
-            i,
-            service.command.as_ref(),
-            &spans.services[i].command,
-            format!("{}.command", label(config, i)),
-        ));
-    }
-    for (w, ws) in config.watches.iter().zip(&spans.watches) {
-        commands.push((
-            w.service,
-            w.check.as_ref(),
-            &ws.check,
-            format!("watch {:?}: `check`", w.name),
-        ));
-        if let Action::Exec(argv) = &w.action {
-            commands.push((
-                w.service,
-                Some(argv),
-                &ws.exec,
-                format!("watch {:?}: `exec`", w.name),
-            ));
-        }
-    }
-    for (i, argv, span, key) in commands {
-        if let Some(argv) = argv
-            && let Some(problem) =
-                one_word_with_spaces(argv, &run_dirs[i], search_path(i).as_deref())
-        {
+    for c in all_commands(config, spans) {
+        let path = search_path(config, c.service);
+        if let Some(problem) = one_word_with_spaces(c.argv, &run_dirs[c.service], path.as_deref()) {
             return Err(at(
                 text,
-                span.clone().unwrap_or_default(),
-                &format!("{key} {problem}"),
+                c.span.unwrap_or_default(),
+                &format!("{} {problem}", c.key),
             ));
         }
     }
     Ok(())
+}
+
+/// Every command's program must be found as tend will run it: by its path
+/// from the service's working_dir, or in `$PATH`.
+fn programs(
+    config: &Config,
+    spans: &Spans,
+    text: &str,
+    run_dirs: &[PathBuf],
+    found: &mut Found,
+) -> Result<(), String> {
+    for Command {
+        service: i,
+        argv,
+        span,
+        key,
+    } in all_commands(config, spans)
+    {
+        let program = &argv[0];
+        // Named through the candidate copy, which exists only while it is checked.
+        if program.contains(CANDIDATE) {
+            continue;
+        }
+        let path = search_path(config, i);
+        let Err(problem) = find_program(program, &run_dirs[i], path.as_deref()) else {
+            continue;
+        };
+        let message = at(text, span.unwrap_or_default(), &format!("{key}: {problem}"));
+        let is_service = key.ends_with(".command");
+        if is_service && !config.services[i].env_from.is_empty() {
+            // Its PATH may come from env_from, read when it starts.
+            found.warnings.push(format!(
+                "{message} (unless `env_from` sets a PATH that has it)"
+            ));
+        } else {
+            found.missing_here(message)?;
+        }
+    }
+    Ok(())
+}
+
+/// Why a program cannot be executed.
+enum NotFound {
+    /// A file of that name is there, without an execute bit.
+    NotExecutable(PathBuf),
+    Missing(String),
+}
+
+impl std::fmt::Display for NotFound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotFound::NotExecutable(file) => write!(f, "{} is not executable", file.display()),
+            NotFound::Missing(why) => f.write_str(why),
+        }
+    }
+}
+
+/// Whether `program` can be executed as execvp would find it from
+/// `run_dir` with `path` (`$PATH`); else why not.
+fn find_program(program: &str, run_dir: &Path, path: Option<&OsStr>) -> Result<(), NotFound> {
+    let path = path.map_or(crate::process::spawn::DEFAULT_PATH, OsStr::as_bytes);
+    let mut not_executable = None;
+    for candidate in crate::process::spawn::search(program.as_bytes(), path) {
+        let candidate = run_dir.join(OsStr::from_bytes(&candidate));
+        match fs::metadata(&candidate) {
+            Ok(meta) if meta.is_file() && meta.permissions().mode() & 0o111 != 0 => return Ok(()),
+            Ok(meta) if meta.is_file() => {
+                not_executable.get_or_insert(candidate);
+            }
+            _ => {}
+        }
+    }
+    Err(match not_executable {
+        Some(file) => NotFound::NotExecutable(file),
+        None if program.contains('/') => NotFound::Missing(format!(
+            "{} does not exist",
+            run_dir.join(program).display()
+        )),
+        None => NotFound::Missing(format!(
+            "{program:?} is not in $PATH ({})",
+            String::from_utf8_lossy(path)
+        )),
+    })
 }
 
 /// A warning when a readiness file lies inside a watched path.
@@ -171,14 +377,20 @@ fn readiness_files(config: &Config, spans: &Spans, text: &str, cwd: &Path) -> Ve
     warnings
 }
 
-/// Warnings for watched paths that are relative or do not exist yet.
-fn watched_paths(config: &Config, spans: &Spans, text: &str, cwd: &Path) -> Vec<String> {
-    let mut warnings = Vec::new();
+/// Watched paths that are relative (a warning), or that do not exist: a
+/// volume that is not mounted.
+fn watched_paths(
+    config: &Config,
+    spans: &Spans,
+    text: &str,
+    cwd: &Path,
+    found: &mut Found,
+) -> Result<(), String> {
     for (w, ws) in config.watches.iter().zip(&spans.watches) {
         for path in &w.paths {
             let resolved = cwd.join(path);
             if path.is_relative() {
-                warnings.push(at(
+                found.warnings.push(at(
                     text,
                     ws.paths.clone(),
                     &format!(
@@ -189,24 +401,28 @@ fn watched_paths(config: &Config, spans: &Spans, text: &str, cwd: &Path) -> Vec<
                     ),
                 ));
             }
-            if !resolved.exists() {
-                warnings.push(at(
-                    text,
-                    ws.paths.clone(),
-                    &format!(
-                        "watch {:?}: {} does not exist (yet); tend picks it up when it appears",
-                        w.name,
-                        normalize(&resolved).display()
-                    ),
-                ));
+            // tend picks it up when it appears, ready meanwhile or not (the core's).
+            if resolved.exists() || w.optional || found.place == Place::Run {
+                continue;
             }
+            found.missing_here(at(
+                text,
+                ws.paths.clone(),
+                &format!(
+                    "watch {:?}: {} does not exist: tend would not be ready until it does; \
+                     mount the volume there (check the volumeMount's mountPath), or set \
+                     optional = true on the watch if it may be absent",
+                    w.name,
+                    normalize(&resolved).display()
+                ),
+            ))?;
         }
         if let (Some(dir), Some(check)) = (&w.publish, &w.check)
             && !check
                 .iter()
-                .any(|a| a.contains(super::CANDIDATE) || a.contains("TEND_CANDIDATE"))
+                .any(|a| a.contains(CANDIDATE) || a.contains("TEND_CANDIDATE"))
         {
-            warnings.push(at(
+            found.warnings.push(at(
                 text,
                 ws.check.clone().unwrap_or_default(),
                 &format!(
@@ -214,8 +430,69 @@ fn watched_paths(config: &Config, spans: &Spans, text: &str, cwd: &Path) -> Vec<
                      program reads $TEND_CANDIDATE itself, it checks the mount, not the copy \
                      that is published to {}",
                     w.name,
-                    super::CANDIDATE,
+                    CANDIDATE,
                     dir.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Warnings for two watches of one service on the same path, or one inside
+/// the other (watches of different services on one ConfigMap are how each
+/// service gets its own check and action).
+fn shared_paths(config: &Config, spans: &Spans, text: &str, cwd: &Path) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for (i, w) in config.watches.iter().enumerate() {
+        for (j, p) in w.paths.iter().enumerate() {
+            let p = normalize(&cwd.join(p));
+            if w.paths[..j].iter().any(|q| normalize(&cwd.join(q)) == p) {
+                warnings.push(at(
+                    text,
+                    spans.watches[i].paths.clone(),
+                    &format!("watch {:?}: {} is listed twice", w.name, p.display()),
+                ));
+            }
+        }
+        for earlier in config.watches[..i]
+            .iter()
+            .filter(|e| e.service == w.service)
+        {
+            let overlap = w.paths.iter().find_map(|p| {
+                let p = normalize(&cwd.join(p));
+                earlier.paths.iter().find_map(|q| {
+                    let q = normalize(&cwd.join(q));
+                    (p.starts_with(&q) || q.starts_with(&p)).then(|| (p.clone(), q))
+                })
+            });
+            let Some((mine, theirs)) = overlap else {
+                continue;
+            };
+            let how = if mine == theirs {
+                format!("as watch {:?} does", earlier.name)
+            } else if mine.starts_with(&theirs) {
+                format!(
+                    "inside {}, which watch {:?} watches",
+                    theirs.display(),
+                    earlier.name
+                )
+            } else {
+                format!(
+                    "which holds {}, which watch {:?} watches",
+                    theirs.display(),
+                    earlier.name
+                )
+            };
+            warnings.push(at(
+                text,
+                spans.watches[i].paths.clone(),
+                &format!(
+                    "watch {:?} watches {}, {how}: every change there runs both watches' \
+                     checks and actions on the same service; to check it once and act once, \
+                     make them one watch (`paths` takes several paths)",
+                    w.name,
+                    mine.display()
                 ),
             ));
         }
@@ -223,16 +500,23 @@ fn watched_paths(config: &Config, spans: &Spans, text: &str, cwd: &Path) -> Vec<
     warnings
 }
 
-/// Warnings for env_from paths that are relative, or that the service's
-/// start could not read now (missing, not a file or directory, a bad line).
-fn env_from(config: &Config, i: usize, spans: &Spans, text: &str, cwd: &Path) -> Vec<String> {
+/// env_from paths that are relative (a warning), or that a start of the
+/// service could not read now (missing, not a file or directory, a bad
+/// line): an error in the container, where the first start would fail.
+fn env_from(
+    config: &Config,
+    i: usize,
+    spans: &Spans,
+    text: &str,
+    cwd: &Path,
+    found: &mut Found,
+) -> Result<(), String> {
     let span = spans.services[i].env_from.clone().unwrap_or_default();
-    let mut warnings = Vec::new();
     let label = label(config, i);
     for path in &config.services[i].env_from {
         let resolved = normalize(&cwd.join(path));
         if path.is_relative() {
-            warnings.push(at(
+            found.warnings.push(at(
                 text,
                 span.clone(),
                 &format!(
@@ -252,14 +536,14 @@ fn env_from(config: &Config, i: usize, spans: &Spans, text: &str, cwd: &Path) ->
             continue;
         }
         if let Err(e) = envfile::read(&[resolved]) {
-            warnings.push(at(
+            found.missing_here(at(
                 text,
                 span.clone(),
                 &format!("{e} (it is read at every start of the service)"),
-            ));
+            ))?;
         }
     }
-    warnings
+    Ok(())
 }
 
 /// Why a one-word command with spaces in it, like `["nginx -t"]`, will not
@@ -268,36 +552,16 @@ fn env_from(config: &Config, i: usize, spans: &Spans, text: &str, cwd: &Path) ->
 /// of that name does exist.
 fn one_word_with_spaces(argv: &[String], run_dir: &Path, path: Option<&OsStr>) -> Option<String> {
     let [word] = argv else { return None };
-    if !word.contains(char::is_whitespace) || program_exists(word, run_dir, path) {
+    let exists = !matches!(find_program(word, run_dir, path), Err(NotFound::Missing(_)));
+    if !word.contains(char::is_whitespace) || exists {
         return None;
     }
-    let shell = [
-        '\'', '"', '\\', '$', '`', '|', '&', ';', '<', '>', '(', ')', '*', '?', '~',
-    ];
-    let suggestion = if word.contains(shell) {
-        format!("[\"sh\", \"-c\", {}]", quote(word))
-    } else {
-        quote_list(
-            &word
-                .split_whitespace()
-                .map(String::from)
-                .collect::<Vec<_>>(),
-        )
-    };
     Some(format!(
         "is the one string {}, and no program has that name: tend runs a command without a \
-         shell, so give the program and each argument as its own string: {suggestion}",
-        quote(word)
+         shell, so give the program and each argument as its own string: {}",
+        quote(word),
+        super::suggest_argv(word)
     ))
-}
-
-/// Whether `word` names a file: a path, or a name found in `path`, as
-/// execvp() would look for it in `run_dir`.
-fn program_exists(word: &str, run_dir: &Path, path: Option<&OsStr>) -> bool {
-    if word.contains('/') {
-        return run_dir.join(word).exists();
-    }
-    path.is_some_and(|p| std::env::split_paths(p).any(|dir| run_dir.join(dir).join(word).is_file()))
 }
 
 /// Whether `file` is `dir` or lies under it, as written and with symlinks
@@ -340,9 +604,18 @@ fn normalize(path: &Path) -> PathBuf {
 mod tests {
     use super::*;
 
-    /// The error or the warnings for `text` with relative paths taken from `cwd`.
+    /// The error or the warnings for `text` with relative paths taken from
+    /// `cwd`, checked in the container.
     fn inspect_text(text: &str, cwd: &Path) -> Result<Vec<String>, String> {
-        Config::parse_on_host(text, cwd).map(|(_, warnings)| warnings)
+        inspect_at(text, cwd, Place::InImage)
+    }
+
+    fn inspect_anywhere(text: &str, cwd: &Path) -> Result<Vec<String>, String> {
+        inspect_at(text, cwd, Place::Anywhere)
+    }
+
+    fn inspect_at(text: &str, cwd: &Path, place: Place) -> Result<Vec<String>, String> {
+        Config::parse_on_host(text, cwd, place).map(|(_, warnings)| warnings)
     }
 
     #[test]
@@ -423,19 +696,32 @@ mod tests {
             "[service]\ncommand = [\"nginx\"]\n".to_string(),
         ];
         for text in ok {
-            assert!(inspect_text(&text, d.path()).is_ok(), "{text}");
+            assert!(
+                inspect_at(&text, d.path(), Place::Anywhere).is_ok(),
+                "{text}"
+            );
         }
     }
 
     #[test]
-    fn a_working_dir_that_is_not_there_is_an_error() {
+    fn a_working_dir_that_is_not_there_is_an_error_where_tend_runs() {
         let d = dir();
-        let e = inspect_text("[service]\nworking_dir = \"/no/such/dir\"\n", d.path()).unwrap_err();
+        let text = "[service]\nworking_dir = \"/no/such/dir\"\n";
+        for place in [Place::InImage, Place::Run] {
+            let e = inspect_at(text, d.path(), place).unwrap_err();
+            assert!(
+                e.starts_with("line 2, column 15: service.working_dir \"/no/such/dir\""),
+                "{e}"
+            );
+            assert!(e.contains("No such file or directory"), "{e}");
+        }
+        let w = inspect_at(text, d.path(), Place::Anywhere).unwrap();
+        assert_eq!(w.len(), 1, "{w:?}");
         assert!(
-            e.starts_with("line 2, column 15: service.working_dir \"/no/such/dir\""),
-            "{e}"
+            w[0].starts_with("line 2, column 15: service.working_dir \"/no/such/dir\"")
+                && w[0].ends_with(ELSEWHERE),
+            "{w:?}"
         );
-        assert!(e.contains("No such file or directory"), "{e}");
         fs::write(d.path().join("file"), "").unwrap();
         let e = inspect_text("[service]\nworking_dir = \"file\"\n", d.path()).unwrap_err();
         assert!(e.contains("is not a directory"), "{e}");
@@ -445,6 +731,105 @@ mod tests {
             Config::parse("[service]\nworking_dir = \"/no/such/dir\"\n").is_ok(),
             "parsing alone (tend probe) does not look at the host"
         );
+    }
+
+    #[test]
+    fn programs_that_are_not_here_are_errors_only_in_the_image() {
+        let d = dir();
+        fs::create_dir(d.path().join("bin")).unwrap();
+        fs::write(d.path().join("bin/lint"), "#!/bin/sh\n").unwrap();
+        fs::set_permissions(d.path().join("bin/lint"), fs::Permissions::from_mode(0o644)).unwrap();
+        let watch = "[[watch]]\nname = \"app\"\npaths = [\"/etc\"]\n";
+        for (text, says) in [
+            (
+                "[service]\ncommand = [\"tend-no-such-program\", \"-x\"]\n".to_string(),
+                "line 2, column 11: service.command: \"tend-no-such-program\" is not in $PATH (",
+            ),
+            (
+                "[service]\nready_check = [\"tend-no-such-curl\"]\n".to_string(),
+                "line 2, column 15: service.ready_check: \"tend-no-such-curl\" is not in $PATH",
+            ),
+            (
+                format!("{watch}check = [\"tend-no-such-check\"]\non_change = \"none\"\n"),
+                "line 4, column 9: watch \"app\": `check`: \"tend-no-such-check\" is not in $PATH",
+            ),
+            (
+                format!("{watch}on_change = \"exec\"\nexec = [\"./bin/reload\"]\n"),
+                "line 5, column 8: watch \"app\": `exec`: ",
+            ),
+            (
+                format!("{watch}on_change = \"none\"\nverify = [\"bin/lint\"]\n"),
+                "line 5, column 10: watch \"app\": `verify`: ",
+            ),
+        ] {
+            let e = inspect_text(&text, d.path()).unwrap_err();
+            assert!(e.starts_with(says), "{text}: {e}");
+            let w = inspect_at(&text, d.path(), Place::Anywhere).unwrap();
+            assert_eq!(w.len(), 1, "{text}: {w:?}");
+            assert!(w[0].starts_with(says) && w[0].ends_with(ELSEWHERE), "{w:?}");
+            assert!(
+                inspect_at(&text, d.path(), Place::Run).is_ok(),
+                "a run finds out when it runs it: {text}"
+            );
+        }
+        let e = inspect_text(
+            &format!("{watch}on_change = \"exec\"\nexec = [\"./bin/reload\"]\n"),
+            d.path(),
+        )
+        .unwrap_err();
+        assert!(
+            e.ends_with(&format!(
+                "{} does not exist",
+                d.path().join("./bin/reload").display()
+            )),
+            "{e}"
+        );
+        let e = inspect_text(
+            &format!("{watch}on_change = \"none\"\nverify = [\"bin/lint\"]\n"),
+            d.path(),
+        )
+        .unwrap_err();
+        assert!(e.ends_with("bin/lint is not executable"), "{e}");
+        // Found: in PATH (the service's env wins over tend's), by a path
+        // from the working_dir, or through the candidate copy.
+        fs::set_permissions(d.path().join("bin/lint"), fs::Permissions::from_mode(0o755)).unwrap();
+        for text in [
+            "[service]\ncommand = [\"sh\", \"-c\", \"true\"]\n".to_string(),
+            "[service]\ncommand = [\"lint\"]\nenv = { PATH = \"/nope:bin\" }\n".to_string(),
+            format!(
+                "[service]\ncommand = [\"bin/lint\"]\nworking_dir = {:?}\n",
+                d.path().display().to_string()
+            ),
+            format!(
+                "{watch}publish = \"/run/tend/app\"\ncheck = [\"{{candidate}}/check\"]\non_change = \"none\"\n"
+            ),
+        ] {
+            let w = inspect_text(&text, d.path()).unwrap();
+            assert!(w.iter().all(|w| !w.contains("$PATH")), "{text}: {w:?}");
+        }
+        // The service's PATH may come from env_from.
+        fs::write(d.path().join("env"), "PATH=/opt/app/bin\n").unwrap();
+        let text = "[service]\ncommand = [\"tend-app\"]\nenv_from = [\"env\"]\n";
+        let w = inspect_text(text, d.path()).unwrap();
+        assert!(
+            w.iter().any(|w| w.contains("not in $PATH")
+                && w.ends_with("(unless `env_from` sets a PATH that has it)")),
+            "{w:?}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_user_is_an_error_only_in_the_image() {
+        let d = dir();
+        let text = "[service]\nuser = \"tend-no-such-user\"\n";
+        let e = inspect_text(text, d.path()).unwrap_err();
+        assert!(e.starts_with("line 2, column 8: service.user: "), "{e}");
+        let w = inspect_at(text, d.path(), Place::Anywhere).unwrap();
+        assert!(
+            w[0].starts_with("line 2, column 8: service.user: ") && w[0].ends_with(ELSEWHERE),
+            "{w:?}"
+        );
+        assert!(inspect_text("[service]\nuser = \"root\"\n", d.path()).is_ok());
     }
 
     #[test]
@@ -459,7 +844,7 @@ mod tests {
             "[readiness]\nfile = \"conf\"\n",
             "[readiness]\nfile = \"/etc/x/y/ready\"\n",
         ] {
-            let w = inspect_text(&format!("{readiness}{watch}"), d.path()).unwrap();
+            let w = inspect_anywhere(&format!("{readiness}{watch}"), d.path()).unwrap();
             let e = &w[0];
             assert!(e.starts_with("line 2, column"), "{readiness}: {e}");
             assert!(e.contains("watch \"app\" covers"), "{readiness}: {e}");
@@ -467,11 +852,11 @@ mod tests {
         // Through a symlink to the watched directory.
         std::os::unix::fs::symlink(d.path().join("conf"), d.path().join("link")).unwrap();
         let text = format!("[readiness]\nfile = \"link/ready\"\n{watch}");
-        assert!(inspect_text(&text, d.path()).unwrap()[0].contains("covers"));
+        assert!(inspect_anywhere(&text, d.path()).unwrap()[0].contains("covers"));
         // Beside it is fine, and so is a prefix that is not a parent.
         let text =
             format!("[readiness]\nfile = \"ready\"\nstatus_file = \"conf2/s.json\"\n{watch}");
-        let w = inspect_text(&text, d.path()).unwrap();
+        let w = inspect_anywhere(&text, d.path()).unwrap();
         assert!(w.iter().all(|w| !w.contains("covers")), "{w:?}");
     }
 
@@ -484,7 +869,12 @@ mod tests {
             "[service]\nenv_from = [{:?}, \"/no/such/env\", \"bad.env\"]\n",
             d.path().join("good.env").display().to_string()
         );
-        let warnings = inspect_text(&text, d.path()).unwrap();
+        let warnings = inspect_anywhere(&text, d.path()).unwrap();
+        let e = inspect_text(&text, d.path()).unwrap_err();
+        assert!(
+            e.starts_with("line 2, column 12: env_from /no/such/env: does not exist"),
+            "in the image, the first start would fail: {e}"
+        );
         assert_eq!(warnings.len(), 3, "{warnings:?}");
         assert!(
             warnings[0].starts_with("line 2, column 12: env_from /no/such/env: does not exist"),
@@ -504,23 +894,35 @@ mod tests {
     }
 
     #[test]
-    fn missing_and_relative_watched_paths_are_warnings() {
+    fn a_missing_watched_path_is_an_error_in_the_image_unless_optional() {
         let d = dir();
         fs::create_dir(d.path().join("conf")).unwrap();
         let text = "[[watch]]\nname = \"app\"\npaths = [\"conf\", \"/no/such/path\"]\non_change = \"none\"\n";
-        let warnings = inspect_text(text, d.path()).unwrap();
+        let e = inspect_text(text, d.path()).unwrap_err();
+        assert_eq!(
+            e,
+            "line 3, column 9: watch \"app\": /no/such/path does not exist: tend would not be \
+             ready until it does; mount the volume there (check the volumeMount's mountPath), \
+             or set optional = true on the watch if it may be absent"
+        );
+        let warnings = inspect_at(text, d.path(), Place::Anywhere).unwrap();
         assert_eq!(warnings.len(), 2, "{warnings:?}");
         assert!(warnings[0].starts_with("line 3, column 9: watch \"app\": \"conf\" is relative"));
         assert!(
             warnings[0].contains(&format!("it is {}", d.path().join("conf").display())),
             "{warnings:?}"
         );
-        assert!(
-            warnings[1].contains("/no/such/path does not exist"),
-            "{warnings:?}"
-        );
+        assert_eq!(warnings[1], format!("{e}; {ELSEWHERE}"));
+        // When tend runs, the core keeps it not ready until the path is there.
+        let warnings = inspect_at(text, d.path(), Place::Run).unwrap();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        let optional = text.replace("on_change", "optional = true\non_change");
+        for place in [Place::InImage, Place::Anywhere] {
+            let warnings = inspect_at(&optional, d.path(), place).unwrap();
+            assert_eq!(warnings.len(), 1, "only relative: {warnings:?}");
+        }
         let text = "[[watch]]\npaths = [\"./later\"]\non_change = \"none\"\n";
-        let warnings = inspect_text(text, d.path()).unwrap();
+        let warnings = inspect_at(text, d.path(), Place::Anywhere).unwrap();
         assert_eq!(warnings.len(), 2, "relative, and missing: {warnings:?}");
         assert!(
             warnings[1].contains(&format!(
@@ -529,5 +931,57 @@ mod tests {
             )),
             "{warnings:?}"
         );
+    }
+
+    #[test]
+    fn watches_of_one_service_on_the_same_path_are_a_warning() {
+        let d = dir();
+        let two = |a: &str, b: &str, extra: &str| {
+            format!(
+                "[[service]]\nname = \"php\"\ncommand = [\"true\"]\n[[service]]\nname = \"web\"\ncommand = [\"true\"]\n\
+                 [[watch]]\nname = \"a\"\npaths = [{a:?}]\non_change = \"none\"\n\
+                 [[watch]]\nname = \"b\"\npaths = [{b:?}]\non_change = \"none\"\n{extra}"
+            )
+        };
+        let shared = |w: &[String]| -> Vec<String> {
+            w.iter()
+                .filter(|w| w.contains("both watches"))
+                .cloned()
+                .collect()
+        };
+        let w = inspect_at(&two("/", "/", ""), d.path(), Place::Anywhere).unwrap();
+        assert_eq!(
+            shared(&w),
+            [
+                "line 13, column 9: watch \"b\" watches /, as watch \"a\" does: every change \
+                 there runs both watches' checks and actions on the same service; to check it \
+                 once and act once, make them one watch (`paths` takes several paths)"
+            ],
+            "{w:?}"
+        );
+        let w = inspect_at(
+            &two("/etc", "/etc/../etc/app", ""),
+            d.path(),
+            Place::Anywhere,
+        )
+        .unwrap();
+        assert!(
+            shared(&w)[0]
+                .contains("watch \"b\" watches /etc/app, inside /etc, which watch \"a\" watches: "),
+            "{w:?}"
+        );
+        // Two services, each with its own watch on one ConfigMap: as meant.
+        let w = inspect_at(
+            &two("/", "/", "service = \"web\"\n"),
+            d.path(),
+            Place::Anywhere,
+        )
+        .unwrap();
+        assert!(shared(&w).is_empty(), "{w:?}");
+        let w = inspect_at(&two("/etc", "/etcetera", ""), d.path(), Place::Anywhere).unwrap();
+        assert!(shared(&w).is_empty(), "{w:?}");
+        let text = "[[watch]]\npaths = [\"/\", \"/.\"]\non_change = \"none\"\n";
+        let w = inspect_at(text, d.path(), Place::Anywhere).unwrap();
+        assert_eq!(w, ["line 2, column 9: watch \"/\": / is listed twice"]);
     }
 }

@@ -533,7 +533,7 @@ impl Core {
             Role::Interrupt | Role::Forward => self.forward(signo, from),
             Role::Child => {}
             Role::Ignore => tracing::warn!(
-                from,
+                sender_pid = signals::sender(from),
                 code,
                 "{} is not for the service (raised by the kernel, or the C library's own): not forwarded",
                 signals::describe(signo)
@@ -543,10 +543,16 @@ impl Core {
 
     fn on_sigterm(&mut self, from: u32, now: Now) {
         if !matches!(self.phase, Phase::Running) {
-            tracing::info!(from, "SIGTERM received again: already stopping");
+            tracing::info!(
+                sender_pid = signals::sender(from),
+                "SIGTERM received again: already stopping"
+            );
             return;
         }
-        tracing::info!(from, "SIGTERM received: stopping");
+        tracing::info!(
+            sender_pid = signals::sender(from),
+            "SIGTERM received: stopping"
+        );
         let main = self.main_pid();
         self.stop(main, None, ExitStatus::Signal(Signal::SIGTERM as i32), now);
     }
@@ -555,7 +561,10 @@ impl Core {
     /// so Ctrl-C (docker run -it) stops tend.
     fn on_interrupt(&mut self, from: u32, now: Now) {
         if matches!(self.phase, Phase::Running) {
-            tracing::info!(from, "SIGINT received while no service runs: stopping");
+            tracing::info!(
+                sender_pid = signals::sender(from),
+                "SIGINT received while no service runs: stopping"
+            );
             self.stop(None, None, ExitStatus::Signal(Signal::SIGINT as i32), now);
         }
     }
@@ -569,7 +578,7 @@ impl Core {
                 from,
             }),
             None => tracing::info!(
-                from,
+                sender_pid = signals::sender(from),
                 "{} received while no service runs: dropped",
                 signals::describe(signo)
             ),
@@ -1191,7 +1200,10 @@ impl Core {
             .enumerate()
             .find(|(i, s)| (s.cfg.required || *i == self.main.0) && !s.ready())
             .map(|(_, s)| s);
+        // A watched path that is not there is a volume not mounted.
+        let absent = self.watches.iter().any(|w| !w.absent().is_empty());
         let ready = waiting_for.is_none()
+            && !absent
             && self
                 .watches
                 .iter()
@@ -1212,6 +1224,7 @@ impl Core {
                 State::Starting
             }
             _ if waiting_for.is_some() => State::Restarting,
+            _ if absent && !busy => State::Starting,
             _ if ready && !busy => State::Ready,
             _ => State::Reloading,
         };

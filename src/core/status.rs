@@ -110,6 +110,10 @@ pub struct WatchStatus {
     pub service: String,
     pub result: WatchResult,
     pub check_output: String,
+    /// Its paths that do not exist (not with `optional`): tend is not
+    /// ready until they do.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<String>,
     pub changed_at: Option<String>,
     /// A valid change waits for its `splay` until then.
     #[serde(default, skip_serializing_if = "Option::is_none")]

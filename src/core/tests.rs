@@ -2697,4 +2697,5 @@ fn without_watches_there_is_no_reload_to_report() {
 }
 
 mod control;
+mod paths;
 mod services;

@@ -324,6 +324,9 @@ pub struct Watch {
     changed_at: Option<SystemTime>,
     retry_delay: Duration,
     recheck_delay: Duration,
+    /// Its paths that the newest scan did not find, unless the watch is
+    /// `optional`: a volume that is not mounted keeps tend not ready.
+    absent: Vec<PathBuf>,
 }
 
 impl Watch {
@@ -342,6 +345,7 @@ impl Watch {
             changed_at: None,
             retry_delay: RETRY_INITIAL,
             recheck_delay: cfg.recheck,
+            absent: Vec::new(),
             cfg: cfg.clone(),
         }
     }
@@ -421,6 +425,8 @@ impl Watch {
         let previous = self.seen;
         if previous == Some(fp) {
             tracing::debug!(watch = name, "scanned: content unchanged");
+            // An empty directory where nothing was has the same content.
+            self.note_absent(c.missing);
             return;
         }
         self.seen = Some(fp);
@@ -481,6 +487,29 @@ impl Watch {
                 "part of the watched config cannot be read; the check decides whether the config is valid without it"
             );
         }
+        self.note_absent(c.missing);
+    }
+
+    /// Takes the paths the newest scan did not find; says once when one
+    /// goes missing, and when it is there again.
+    fn note_absent(&mut self, missing: Vec<PathBuf>) {
+        if self.cfg.optional {
+            return;
+        }
+        let name = &self.cfg.name;
+        for path in missing.iter().filter(|p| !self.absent.contains(p)) {
+            tracing::warn!(
+                watch = name,
+                "{} does not exist: tend is not ready until it does; mount the volume there \
+                 (check the volumeMount's mountPath), or set optional = true on the watch if it \
+                 may be absent",
+                path.display()
+            );
+        }
+        for path in self.absent.iter().filter(|p| !missing.contains(p)) {
+            tracing::info!(watch = name, "{} exists now", path.display());
+        }
+        self.absent = missing;
     }
 
     // ------------------------------------------------------------ checks
@@ -1379,6 +1408,12 @@ impl Watch {
         !matches!(self.state, State::Idle | State::RecheckAt { .. })
     }
 
+    /// Its paths that are not there (not with `optional`): tend is not
+    /// ready while there are any.
+    pub fn absent(&self) -> &[PathBuf] {
+        &self.absent
+    }
+
     /// What keeps this watch from being ready, if anything.
     pub fn problem(&self) -> Option<WatchResult> {
         (!self.good || self.result != WatchResult::Applied).then_some(self.result)
@@ -1390,6 +1425,11 @@ impl Watch {
             service: String::new(),
             result: self.result,
             check_output: self.output.clone(),
+            missing: self
+                .absent
+                .iter()
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect(),
             changed_at: self.changed_at.map(crate::time::rfc3339_millis),
             action_at: match &self.state {
                 State::Splaying { wall, .. } => Some(crate::time::rfc3339_millis(*wall)),

@@ -427,7 +427,7 @@ unsafe impl Send for Exec {}
 unsafe impl Sync for Exec {}
 
 /// glibc's search path when `$PATH` is unset (`confstr(_CS_PATH)`).
-const DEFAULT_PATH: &[u8] = b"/bin:/usr/bin";
+pub(crate) const DEFAULT_PATH: &[u8] = b"/bin:/usr/bin";
 
 const LISTEN_PID: &[u8] = b"LISTEN_PID=";
 
@@ -564,7 +564,7 @@ impl Exec {
 }
 
 /// The paths execvp tries for `program` with this `$PATH`.
-fn search(program: &[u8], path: &[u8]) -> Vec<Vec<u8>> {
+pub(crate) fn search(program: &[u8], path: &[u8]) -> Vec<Vec<u8>> {
     if program.is_empty() {
         return Vec::new();
     }

@@ -216,6 +216,26 @@ pub fn scan_copying(
     (scan, copy.finish())
 }
 
+/// The watched file that `inside` of a copy made by [`scan_copying`] of
+/// `paths` was copied from: under a watched directory, or a watched file of
+/// that name. None when no watched path has it (any more).
+pub fn copied_from(paths: &[PathBuf], inside: &Path) -> Option<PathBuf> {
+    let first = inside.components().next()?.as_os_str();
+    paths.iter().find_map(|p| {
+        if p.is_dir() {
+            let source = p.join(inside);
+            source.symlink_metadata().is_ok().then_some(source)
+        } else {
+            let rest = inside.strip_prefix(first).ok()?;
+            let source = match rest.as_os_str().is_empty() {
+                true => p.clone(),
+                false => p.join(rest),
+            };
+            (p.file_name() == Some(first)).then_some(source)
+        }
+    })
+}
+
 fn scan_into<'a>(
     paths: &[PathBuf],
     key: &HashKey,
@@ -804,6 +824,24 @@ mod tests {
         );
         fs::write(&f, "x=2").unwrap();
         assert_ne!(fp(std::slice::from_ref(&f)), before, "new content");
+    }
+
+    #[test]
+    fn a_copied_file_is_traced_to_the_watched_file_it_comes_from() {
+        let d = tempfile::tempdir().unwrap();
+        let vol = d.path().join("vol");
+        project(&vol, &[("app.env", "A=1")], 1);
+        let file = d.path().join("extra.env");
+        fs::write(&file, "B=2").unwrap();
+        let paths = [vol.clone(), file.clone()];
+        assert_eq!(
+            copied_from(&paths, Path::new("app.env")),
+            Some(vol.join("app.env"))
+        );
+        let traced = copied_from(&paths, Path::new("extra.env")).unwrap();
+        assert_eq!(traced.as_os_str(), file.as_os_str(), "as written");
+        assert_eq!(copied_from(&paths, Path::new("gone.env")), None);
+        assert_eq!(copied_from(&paths, Path::new("")), None);
     }
 
     #[test]

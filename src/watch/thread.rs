@@ -528,10 +528,21 @@ impl Worker {
                 candidate.join(rel)
             };
             if let Err(mut e) = crate::envfile::read(&[at]) {
-                if let Ok(inside) = e.path.strip_prefix(candidate) {
-                    e.path = dir.join(inside);
-                }
-                return Err(format!("{e}; the service would not start with it"));
+                let Ok(inside) = e.path.strip_prefix(candidate).map(Path::to_path_buf) else {
+                    return Err(format!("{e}; the service would not start with it"));
+                };
+                e.path = dir.join(&inside);
+                // Named where it is fixed: the watched file it is a copy of.
+                return Err(match scan::copied_from(&self.paths[id.0], &inside) {
+                    Some(source) => format!(
+                        "{} (env_from reads it as {}): {}{}; the service would not start with it",
+                        source.display(),
+                        e.path.display(),
+                        e.line.map(|l| format!("line {l}: ")).unwrap_or_default(),
+                        e.problem
+                    ),
+                    None => format!("{e}; the service would not start with it"),
+                });
             }
         }
         Ok(())
