@@ -449,6 +449,40 @@ fn every_manifest_runs_as_non_root_on_a_read_only_root_and_mounts_where_it_write
     }
 }
 
+/// Every example can be applied to the same namespace: no two manifests
+/// name an object of the same kind alike, nor select the same pods.
+#[test]
+fn no_two_manifests_name_the_same_object_or_select_the_same_pods() {
+    let mut seen: Vec<(String, PathBuf)> = Vec::new();
+    for dir in examples() {
+        let manifest = fs::read_to_string(dir.join("kubernetes.yaml")).unwrap();
+        for doc in manifest.split("\n---\n") {
+            let lines: Vec<&str> = doc.lines().collect();
+            let kind = lines
+                .iter()
+                .find_map(|l| l.strip_prefix("kind: "))
+                .unwrap_or_else(|| panic!("{}: no kind in:\n{doc}", dir.display()));
+            let object = lines
+                .windows(2)
+                .find_map(|w| (w[0] == "metadata:").then(|| w[1].strip_prefix("  name: "))?)
+                .unwrap_or_else(|| panic!("{}: no name in:\n{doc}", dir.display()));
+            let mut keys = vec![format!("{kind} {object}")];
+            keys.extend(
+                lines
+                    .iter()
+                    .filter_map(|l| l.trim().strip_prefix("matchLabels: "))
+                    .map(|labels| format!("pods {labels}")),
+            );
+            for key in keys {
+                if let Some((_, other)) = seen.iter().find(|(k, _)| *k == key) {
+                    panic!("{} and {}: both have {key}", other.display(), dir.display());
+                }
+                seen.push((key, dir.clone()));
+            }
+        }
+    }
+}
+
 /// The base64 value of `key:` in the manifest, decoded by openssl.
 fn secret_value(manifest: &str, key: &str) -> Vec<u8> {
     let value = manifest
