@@ -388,6 +388,16 @@ fn the_readme_shows_dockerfile_example_as_it_is() {
     assert_eq!(&readme[start..end], example);
 }
 
+#[test]
+fn the_readme_shows_the_fat_container_config_as_it_is() {
+    let readme = fs::read_to_string(repo("README.md")).unwrap();
+    let config = fs::read_to_string(repo("examples/fat-container/supervisor.toml")).unwrap();
+    assert!(
+        readme.contains(&format!("```toml\n{config}```\n")),
+        "README.md shows examples/fat-container/supervisor.toml as it is"
+    );
+}
+
 /// The `(volume, mountPath)` pairs of every volumeMounts entry.
 fn mounts(manifest: &str) -> Vec<(String, String)> {
     let lines: Vec<&str> = manifest.lines().map(str::trim).collect();
