@@ -9,10 +9,12 @@ mod common;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use common::static_build::{dockerfile_build_command, repo, static_tend};
 use common::*;
 use nix::sys::signal::Signal;
+use tend::config::parse_duration;
 
 fn examples() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = fs::read_dir(repo("examples"))
@@ -64,7 +66,6 @@ fn number_after(text: &str, key: &str) -> u64 {
 fn every_manifest_probes_with_tend_mounts_whole_volumes_and_outlasts_stop_timeout() {
     for dir in examples() {
         let manifest = fs::read_to_string(dir.join("kubernetes.yaml")).unwrap();
-        let toml = fs::read_to_string(dir.join("supervisor.toml")).unwrap();
         let name = dir.display();
         assert!(manifest.contains("readinessProbe:"), "{name}");
         assert!(
@@ -79,17 +80,18 @@ fn every_manifest_probes_with_tend_mounts_whole_volumes_and_outlasts_stop_timeou
             !code.iter().any(|l| l.contains("subPath")),
             "{name}: a subPath mount never sees updates"
         );
-        // The service gets stop_timeout, then what is left of the container
-        // as long again, then 2 s after SIGKILL: all before the kubelet's.
+        // The longest stop, as check-config says it (each service in stop
+        // order, then what is left of the container, then 2 s after
+        // SIGKILL), ends before the kubelet's SIGKILL.
+        let config = tend_config(&dir.join("supervisor.toml"));
         let grace = number_after(&manifest, "terminationGracePeriodSeconds:");
-        let stop = number_after(&toml, "stop_timeout = \"");
+        let stop = longest_stop(&config);
         assert!(
-            grace > 2 * stop + 2,
-            "{name}: terminationGracePeriodSeconds {grace} must exceed twice stop_timeout {stop}s, plus 2"
+            Duration::from_secs(grace) > stop,
+            "{name}: terminationGracePeriodSeconds {grace} must exceed the longest stop, {stop:?}"
         );
         // Every watched path and env_from path is a volume the manifest
         // mounts, or (env_from) a watch's published copy of one.
-        let config = tend_config(&dir.join("supervisor.toml"));
         let published: Vec<&str> = config
             .lines()
             .filter_map(|l| Some(l.strip_prefix("publish = ")?.trim_matches('"')))
@@ -107,6 +109,15 @@ fn every_manifest_probes_with_tend_mounts_whole_volumes_and_outlasts_stop_timeou
             }
         }
     }
+}
+
+/// What `check-config` prints as the longest a stop can take.
+fn longest_stop(config: &str) -> Duration {
+    let line = config
+        .lines()
+        .find_map(|l| l.strip_prefix("# A stop (SIGTERM) takes at most "))
+        .unwrap_or_else(|| panic!("no longest stop in:\n{config}"));
+    parse_duration(line.split(':').next().unwrap()).unwrap()
 }
 
 fn tend_config(path: &Path) -> String {
@@ -307,7 +318,9 @@ fn every_example_has_a_dockerfile_that_builds_tend_as_the_example_does_from_file
                 copied.push((src.to_string(), dest.to_string()));
             }
         }
-        // tend runs the example's own config, and CMD is its service.
+        // tend runs the example's own config. With one service, CMD is its
+        // command, which `--` lets `docker run IMAGE ARGS` replace; with
+        // several, the commands are the config's: no `--`, no CMD.
         let toml_path = dir.join("supervisor.toml");
         let toml_rel = toml_path
             .strip_prefix(repo(""))
@@ -318,26 +331,46 @@ fn every_example_has_a_dockerfile_that_builds_tend_as_the_example_does_from_file
             .iter()
             .find(|(src, _)| *src == toml_rel)
             .unwrap_or_else(|| panic!("{name}: {toml_rel} is not copied"));
-        assert_eq!(
-            exec_form(&text, "ENTRYPOINT"),
-            ["/usr/local/bin/tend", "--config", config, "--"],
-            "{name}"
-        );
         let toml: toml::Table = fs::read_to_string(&toml_path).unwrap().parse().unwrap();
-        let command: Vec<String> = toml["service"]["command"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap().to_string())
-            .collect();
-        assert_eq!(
-            exec_form(&text, "CMD"),
-            command,
-            "{name}: CMD replaces service.command"
-        );
+        let argv = |service: &toml::Value| -> Vec<String> {
+            service["command"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().to_string())
+                .collect()
+        };
+        let commands: Vec<Vec<String>> = match &toml["service"] {
+            toml::Value::Array(services) => {
+                assert_eq!(
+                    exec_form(&text, "ENTRYPOINT"),
+                    ["/usr/local/bin/tend", "--config", config],
+                    "{name}"
+                );
+                assert!(
+                    !text.lines().any(|l| l.starts_with("CMD ")),
+                    "{name}: a CMD would be taken for tend's arguments"
+                );
+                services.iter().map(argv).collect()
+            }
+            service => {
+                assert_eq!(
+                    exec_form(&text, "ENTRYPOINT"),
+                    ["/usr/local/bin/tend", "--config", config, "--"],
+                    "{name}"
+                );
+                let command = argv(service);
+                assert_eq!(
+                    exec_form(&text, "CMD"),
+                    command,
+                    "{name}: CMD replaces service.command"
+                );
+                vec![command]
+            }
+        };
         // Files the config names are in the image or mounted.
         let manifest = fs::read_to_string(dir.join("kubernetes.yaml")).unwrap();
-        for arg in &command[1..] {
+        for arg in commands.iter().flat_map(|c| &c[1..]) {
             if arg.starts_with('/') {
                 let in_image = copied.iter().any(|(_, dest)| dest == arg);
                 let mounted = mounts(&manifest)
@@ -369,6 +402,16 @@ fn the_readme_shows_dockerfile_example_as_it_is() {
     let end = start + readme[start..].find("```\n").unwrap();
     let example = fs::read_to_string(repo("Dockerfile.example")).unwrap();
     assert_eq!(&readme[start..end], example);
+}
+
+#[test]
+fn the_readme_shows_the_fat_container_config_as_it_is() {
+    let readme = fs::read_to_string(repo("README.md")).unwrap();
+    let config = fs::read_to_string(repo("examples/fat-container/supervisor.toml")).unwrap();
+    assert!(
+        readme.contains(&format!("```toml\n{config}```\n")),
+        "README.md shows examples/fat-container/supervisor.toml as it is"
+    );
 }
 
 /// The `(volume, mountPath)` pairs of every volumeMounts entry.
@@ -461,6 +504,51 @@ fn every_manifest_runs_as_non_root_on_a_read_only_root_and_mounts_where_it_write
                 }
             }
             assert_eq!(writes, 6, "{name}: the pid file and five temporary paths");
+        }
+        // php-fpm: a pool's unix socket is made where it may write.
+        let pools = fs::read_dir(dir.join("pool.d")).into_iter().flatten();
+        for pool in pools.flatten() {
+            let text = fs::read_to_string(pool.path()).unwrap();
+            for at in text.lines().filter_map(|l| l.strip_prefix("listen = ")) {
+                assert!(
+                    !at.starts_with('/') || is_writable(at),
+                    "{name}: php-fpm listens on {at}"
+                );
+            }
+        }
+    }
+}
+
+/// Every example can be applied to the same namespace: no two manifests
+/// name an object of the same kind alike, nor select the same pods.
+#[test]
+fn no_two_manifests_name_the_same_object_or_select_the_same_pods() {
+    let mut seen: Vec<(String, PathBuf)> = Vec::new();
+    for dir in examples() {
+        let manifest = fs::read_to_string(dir.join("kubernetes.yaml")).unwrap();
+        for doc in manifest.split("\n---\n") {
+            let lines: Vec<&str> = doc.lines().collect();
+            let kind = lines
+                .iter()
+                .find_map(|l| l.strip_prefix("kind: "))
+                .unwrap_or_else(|| panic!("{}: no kind in:\n{doc}", dir.display()));
+            let object = lines
+                .windows(2)
+                .find_map(|w| (w[0] == "metadata:").then(|| w[1].strip_prefix("  name: "))?)
+                .unwrap_or_else(|| panic!("{}: no name in:\n{doc}", dir.display()));
+            let mut keys = vec![format!("{kind} {object}")];
+            keys.extend(
+                lines
+                    .iter()
+                    .filter_map(|l| l.trim().strip_prefix("matchLabels: "))
+                    .map(|labels| format!("pods {labels}")),
+            );
+            for key in keys {
+                if let Some((_, other)) = seen.iter().find(|(k, _)| *k == key) {
+                    panic!("{} and {}: both have {key}", other.display(), dir.display());
+                }
+                seen.push((key, dir.clone()));
+            }
         }
     }
 }

@@ -10,11 +10,15 @@
 //!   service's.
 //! - `--user 65534 --read-only` with no capabilities, the readiness files on
 //!   a tmpfs, as the examples' Kubernetes manifests run it.
+//! - examples/fat-container's image, run as its manifest runs it: php-fpm
+//!   serves the page through nginx, `tend status` lists both services, each
+//!   ConfigMap reloads its own service, and `podman stop` stops nginx, then
+//!   php-fpm.
 //! - `podman run -it` in a terminal (tmux): Ctrl-C reaches the shell's job
 //!   and not the shell, or ends a service that does not handle it, and a
 //!   plain init prints nothing into the terminal.
 //!
-//! They need root, podman, runc, tmux and the base image that
+//! They need root, podman, runc, tmux and the base images that
 //! `scripts/test-podman` builds, so they are ignored by a plain `cargo test`
 //! (which counts them as ignored) and run by `sudo scripts/test-podman`
 //! (`cargo test --test podman -- --ignored`).
@@ -47,6 +51,11 @@ const BASE: &str = "localhost/tend-nginx-base";
 const WEB: &str = "localhost/tend-test-web";
 /// tend as a plain init, `ENTRYPOINT ["tend", "--"]`, on BASE.
 const PLAIN: &str = "localhost/tend-test-plain";
+/// Made by scripts/test-podman; stands in for the `packages` stage of
+/// examples/fat-container/Dockerfile (Debian with nginx-light and php8.2-fpm).
+const FAT_BASE: &str = "localhost/tend-fat-base";
+/// examples/fat-container/Dockerfile, built on FAT_BASE.
+const FAT: &str = "localhost/tend-test-fat";
 
 /// podman with runc and tests/support/containers.conf (see that file): what
 /// podman needs on the test machines, where crun fails on hybrid cgroups and
@@ -97,18 +106,72 @@ fn image_id(image: &str) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// The builder stage of `dockerfile` (`FROM <rust image> AS <name>`) made
+/// from the static tend this machine built with that stage's own `cargo
+/// build` line: a directory holding it where the stage would have, and the
+/// `--build-context NAME=DIR` that stands it in for the stage. Also the
+/// binary's path in that directory.
+fn builder_context(dockerfile: &str) -> (tempfile::TempDir, String, String) {
+    let builder: Vec<&str> = dockerfile
+        .lines()
+        .find(|l| l.starts_with("FROM rust"))
+        .expect("a builder stage FROM rust...")
+        .split_whitespace()
+        .collect();
+    assert!(
+        builder.len() == 4 && builder[2].eq_ignore_ascii_case("AS"),
+        "the builder stage is named: {builder:?}"
+    );
+    let stage = builder[3];
+    let copy: Vec<&str> = dockerfile
+        .lines()
+        .find(|l| l.starts_with(&format!("COPY --from={stage} ")))
+        .unwrap_or_else(|| panic!("a COPY --from={stage} line"))
+        .split_whitespace()
+        .collect();
+    let built_at = copy[2].trim_start_matches('/').to_string();
+    let context = tempfile::Builder::new()
+        .prefix("tend-podman-")
+        .tempdir()
+        .unwrap();
+    let dest = context.path().join(&built_at);
+    fs::create_dir_all(dest.parent().unwrap()).unwrap();
+    fs::copy(static_tend(), &dest).unwrap();
+    let stage_context = format!("{stage}={}", context.path().display());
+    (context, stage_context, built_at)
+}
+
+/// `podman build` of the repository's `dockerfile` as `image`, each
+/// `--build-context` given, nothing pulled.
+fn build(dockerfile: &str, contexts: &[&str], image: &str) {
+    let mut args = vec!["build", "--pull=never"];
+    for c in contexts {
+        args.extend(["--build-context", c]);
+    }
+    let dockerfile = repo(dockerfile).display().to_string();
+    let repo_dir = repo("").display().to_string();
+    args.extend(["-f", &dockerfile, "-t", image, &repo_dir]);
+    podman_ok(&args);
+}
+
+/// Removes the images in `previous` that a build replaced (a new tend, a
+/// changed file), so that runs do not pile up untagged images.
+fn remove_replaced(previous: &[String], images: &[&str]) {
+    let current: Vec<String> = images.iter().copied().filter_map(image_id).collect();
+    for old in previous.iter().filter(|id| !current.contains(id)) {
+        let _ = podman_output(&["image", "rm", old]);
+    }
+}
+
 fn build_images() {
-    // Removed below when a build replaces them (a new tend, a changed file),
-    // so that runs do not pile up untagged images.
     let previous: Vec<String> = [WEB, PLAIN].into_iter().filter_map(image_id).collect();
     assert!(
         podman_output(&["image", "exists", BASE]).status.success(),
         "the base image {BASE} is missing: run scripts/test-podman, which builds it"
     );
-    let tend = static_tend();
 
-    // Dockerfile.example: a builder stage `FROM <rust image> AS <name>`, and
-    // the image itself, `FROM nginx:...`, copying the binary out of it.
+    // Dockerfile.example: the builder stage, and the image itself, `FROM
+    // nginx:...`, copying the binary out of it.
     let dockerfile = fs::read_to_string(repo("Dockerfile.example")).unwrap();
     let froms: Vec<Vec<&str>> = dockerfile
         .lines()
@@ -116,49 +179,14 @@ fn build_images() {
         .map(|l| l.split_whitespace().collect())
         .collect();
     assert_eq!(froms.len(), 2, "a builder stage and the image: {froms:?}");
-    let (builder, runtime) = (&froms[0], &froms[1]);
-    assert!(
-        builder.len() == 4 && builder[2].eq_ignore_ascii_case("AS"),
-        "the builder stage is named: {builder:?}"
-    );
-    let stage = builder[3];
+    let runtime = &froms[1];
     assert!(
         runtime.len() == 2 && runtime[1].starts_with("nginx:"),
         "{BASE} stands in for an nginx image: {runtime:?}"
     );
-    let copy: Vec<&str> = dockerfile
-        .lines()
-        .find(|l| l.starts_with(&format!("COPY --from={stage} ")))
-        .unwrap_or_else(|| panic!("a COPY --from={stage} line"))
-        .split_whitespace()
-        .collect();
-    let built_at = copy[2].trim_start_matches('/');
-
-    // The builder stage's output, as a build context of that stage's name.
-    let context = tempfile::Builder::new()
-        .prefix("tend-podman-")
-        .tempdir()
-        .unwrap();
-    let dest = context.path().join(built_at);
-    fs::create_dir_all(dest.parent().unwrap()).unwrap();
-    fs::copy(&tend, &dest).unwrap();
-    let stage_context = format!("{stage}={}", context.path().display());
+    let (context, stage_context, built_at) = builder_context(&dockerfile);
     let base_context = format!("{}=container-image://{BASE}", runtime[1]);
-    let repo_dir = repo("");
-    let dockerfile_path = repo("Dockerfile.example");
-    podman_ok(&[
-        "build",
-        "--pull=never",
-        "--build-context",
-        &stage_context,
-        "--build-context",
-        &base_context,
-        "-f",
-        &dockerfile_path.display().to_string(),
-        "-t",
-        WEB,
-        &repo_dir.display().to_string(),
-    ]);
+    build("Dockerfile.example", &[&stage_context, &base_context], WEB);
 
     // A plain init: tend in front of any command, without a config. The
     // base image's STOPSIGNAL is nginx's SIGQUIT, as in the official image:
@@ -184,10 +212,39 @@ fn build_images() {
         PLAIN,
         &context.path().display().to_string(),
     ]);
-    let current: Vec<String> = [WEB, PLAIN].into_iter().filter_map(image_id).collect();
-    for old in previous.iter().filter(|id| !current.contains(id)) {
-        let _ = podman_output(&["image", "rm", old]);
-    }
+    remove_replaced(&previous, &[WEB, PLAIN]);
+}
+
+/// Builds FAT, once per run of this file: examples/fat-container/Dockerfile
+/// as written, but for its builder stage (this machine's static tend) and
+/// its `packages` stage (FAT_BASE: the same Debian packages, installed by
+/// scripts/test-podman, as no registry is reachable here).
+fn fat_image() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let previous: Vec<String> = image_id(FAT).into_iter().collect();
+        assert!(
+            podman_output(&["image", "exists", FAT_BASE])
+                .status
+                .success(),
+            "the base image {FAT_BASE} is missing: run scripts/test-podman, which builds it"
+        );
+        let file = "examples/fat-container/Dockerfile";
+        let dockerfile = fs::read_to_string(repo(file)).unwrap();
+        let froms: Vec<&str> = dockerfile
+            .lines()
+            .filter(|l| l.starts_with("FROM "))
+            .collect();
+        assert_eq!(
+            froms[1..],
+            ["FROM debian:bookworm-slim AS packages", "FROM packages"],
+            "{FAT_BASE} stands in for the packages stage"
+        );
+        let (_context, stage_context, _) = builder_context(&dockerfile);
+        let packages = format!("packages=container-image://{FAT_BASE}");
+        build(file, &[&stage_context, &packages], FAT);
+        remove_replaced(&previous, &[FAT]);
+    });
 }
 
 /// A container, removed when dropped (its log is shown if the test failed).
@@ -503,6 +560,94 @@ fn a_locked_down_container_keeps_its_readiness_files_on_a_tmpfs() {
     let (took, code) = c.stop(30);
     assert_eq!(code, 0);
     assert!(took < secs(10.0), "podman stop took {took:?}");
+}
+
+/// examples/fat-container's `file`.
+fn fat_file(file: &str) -> String {
+    fs::read_to_string(repo("examples/fat-container").join(file)).unwrap()
+}
+
+#[test]
+#[ignore = "runs in podman: sudo scripts/test-podman"]
+fn the_fat_container_serves_php_through_nginx_and_reloads_each_service_alone() {
+    fat_image();
+    let sb = Sandbox::new();
+    let port = free_port();
+    // The two ConfigMap volumes, read-only, as the kubelet mounts them.
+    let site = sb.path("nginx-conf");
+    let pool = sb.path("php-pool");
+    project(&site, &[("app.conf", &fat_file("conf.d/app.conf"))]);
+    project(&pool, &[("www.conf", &fat_file("pool.d/www.conf"))]);
+    let publish = format!("127.0.0.1:{port}:8080");
+    // As examples/fat-container/kubernetes.yaml runs it: www-data, a
+    // read-only root, no capabilities, and tmpfs at its emptyDirs only (not
+    // podman's own at /run, which would hide the image's /run/php).
+    let mut options: Vec<String> = [
+        "--user",
+        "33",
+        "--read-only",
+        "--read-only-tmpfs=false",
+        "--tmpfs",
+        "/run/tend",
+        "--tmpfs",
+        "/run/php",
+        "--tmpfs",
+        "/tmp",
+        "--cap-drop",
+        "all",
+        "--security-opt",
+        "no-new-privileges",
+        "-p",
+        &publish,
+    ]
+    .map(String::from)
+    .into();
+    options.extend(volume(&site, "/etc/nginx/conf.d", "ro"));
+    options.extend(volume(&pool, "/etc/php/8.2/fpm/pool.d", "ro"));
+    let options: Vec<&str> = options.iter().map(String::as_str).collect();
+    let c = Container::run("fat", &options, FAT, &[]);
+
+    wait_served(port, "hello from php v1 | nginx v1", secs(60.0));
+    wait_slow("tend probe to say ready", secs(10.0), || {
+        (c.probe().0 == 0).then_some(())
+    });
+    let (code, status, err) = c.exec(&["/usr/local/bin/tend", "status"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(status.contains("php: running"), "{status}");
+    assert!(status.contains("nginx (main): running"), "{status}");
+
+    // Each ConfigMap reloads its own service.
+    let pool_v2 = fat_file("pool.d/www.conf").replace("php v1", "php v2");
+    project(&pool, &[("www.conf", &pool_v2)]);
+    wait_served(port, "hello from php v2 | nginx v1", secs(10.0));
+    let site_v2 = fat_file("conf.d/app.conf").replace("nginx v1", "nginx v2");
+    project(&site, &[("app.conf", &site_v2)]);
+    wait_only_served(port, "hello from php v2 | nginx v2", secs(10.0));
+    wait_slow("tend probe to say ready", secs(10.0), || {
+        (c.probe().0 == 0).then_some(())
+    });
+
+    // podman stop: nginx stops, then php-fpm, both gracefully.
+    let (took, code) = c.stop(70);
+    assert_eq!(code, 0, "nginx's exit code");
+    assert!(took < secs(10.0), "podman stop took {took:?}");
+    let logs = c.logs();
+    assert_eq!(
+        logs.matches("signal 1 (SIGHUP) received").count(),
+        1,
+        "{logs}"
+    );
+    assert_eq!(
+        logs.matches("NOTICE: Reloading in progress").count(),
+        1,
+        "{logs}"
+    );
+    let quit = logs
+        .find("signal 3 (SIGQUIT) received")
+        .expect("nginx's stop");
+    let finishing = logs.find("NOTICE: Finishing ...").expect("php-fpm's stop");
+    assert!(quit < finishing, "{logs}");
+    assert!(logs.contains("NOTICE: exiting, bye-bye!"), "{logs}");
 }
 
 /// A terminal: a detached tmux session on a server of its own, running
