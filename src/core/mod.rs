@@ -1265,6 +1265,9 @@ impl Core {
                 "part of the watched config cannot be read; the check decides whether the config is valid without it"
             );
         }
+        if !matches!(observed, Observed::Unchanged) {
+            self.pipeline.rollback_now(c.watch, now.mono);
+        }
         // A candidate that waited for its splay is replaced by the newer one.
         if let Some(candidate) = self.pipeline.orphaned_candidate(c.watch) {
             self.out.push(Command::Discard {
@@ -1874,7 +1877,7 @@ impl Core {
                     }
                     p => p,
                 };
-                if self.pipeline.published(id, fp, previous) {
+                if self.pipeline.published(id, fp, previous, acting) {
                     tracing::info!(
                         watch = name,
                         fingerprint = fp.short(),

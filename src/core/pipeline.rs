@@ -212,7 +212,12 @@ impl Entry {
         }
         // The published copy is what the service reads; but while the
         // newest content is still being decided it may become the copy.
+        // Content applied by a restart is verified, and a generation put
+        // back is applied again, before newer content: only a start lets
+        // them be.
         let decided = passed
+            || self.reapplying
+            || matches!(self.stage, Stage::Verifying(_))
             || matches!(
                 self.result,
                 WatchResult::Invalid | WatchResult::ActionFailed | WatchResult::RolledBack
@@ -387,8 +392,15 @@ impl Pipeline {
 
     /// The candidate of `fp` is the published generation now, and the one
     /// published before is `previous` (kept for a rollback, when the watch
-    /// verifies); true when that was still wanted (it was).
-    pub fn published(&mut self, id: WatchId, fp: Fingerprint, previous: Option<PathBuf>) -> bool {
+    /// verifies); `running`: a service runs, to be told. True when that
+    /// was still wanted (it was).
+    pub fn published(
+        &mut self,
+        id: WatchId,
+        fp: Fingerprint,
+        previous: Option<PathBuf>,
+        running: bool,
+    ) -> bool {
         let e = self.entry(id);
         if e.stage != Stage::Publishing(fp) {
             return false;
@@ -403,8 +415,14 @@ impl Pipeline {
         e.passed = Some(fp);
         e.recheck_delay = e.recheck;
         // The service is told even if newer content arrived meanwhile: the
-        // copy it reads changed. The newer content is checked after.
-        e.stage = Stage::Valid(fp);
+        // copy it reads changed. The newer content is checked after. A
+        // service that is down reads the copy when it starts, which waits
+        // for the newer content's check.
+        e.stage = if running || e.seen == Some(fp) {
+            Stage::Valid(fp)
+        } else {
+            Stage::NeedsCheck
+        };
         true
     }
 
@@ -708,6 +726,9 @@ impl Pipeline {
             self.outcomes.push((id, false));
             e.good = false;
             if superseded {
+                // Newer content replaces the rejected one: it is applied
+                // as any change, not as the rollback's action again.
+                e.reapplying = false;
                 e.stage = Stage::NeedsCheck;
             } else {
                 e.result = WatchResult::ActionFailed;
@@ -854,6 +875,18 @@ impl Pipeline {
                 e.stage = Stage::RollbackAt(fp, now + again_in);
                 Some(again_in)
             }
+        }
+    }
+
+    /// Newer content waits for a failed rollback of watch `id`: it is
+    /// tried again now, not after its back-off (which may have grown to
+    /// [`RECHECK_MAX`] while the disk was full).
+    pub fn rollback_now(&mut self, id: WatchId, now: Instant) {
+        let e = self.entry(id);
+        if let Stage::RollbackAt(fp, at) = e.stage
+            && at > now
+        {
+            e.stage = Stage::RollbackAt(fp, now);
         }
     }
 
