@@ -423,9 +423,18 @@ fn remove_temporaries(path: &Path) {
     } else {
         dir
     };
-    let Ok(entries) = fs::read_dir(dir) else {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
         // Not there yet: nothing was left in it.
-        return;
+        Err(e) if not_there(&e) => return,
+        Err(e) => {
+            tracing::warn!(
+                "cannot read {} to remove what a tend stopped while it wrote {} left there: {e}",
+                dir.display(),
+                path.display()
+            );
+            return;
+        }
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
