@@ -148,7 +148,8 @@ pub fn run(args: &[String]) -> i32 {
 }
 
 /// Sends the request; the status code and ": first line of the body".
-fn call(endpoint: &Endpoint, timeout: Duration) -> Result<(u16, String), String> {
+/// Public for the fuzz target that plays the endpoint.
+pub fn call(endpoint: &Endpoint, timeout: Duration) -> Result<(u16, String), String> {
     let deadline = Instant::now() + timeout;
     let late = || format!("no answer within {timeout:?}");
     let left = || {
