@@ -1134,9 +1134,13 @@ fn at(text: &str, span: Range<usize>, message: &str) -> String {
     format!("line {line}, column {column}: {message}")
 }
 
+/// `s` as a TOML basic string (double quotes), escaped as TOML requires:
+/// a JSON string is not always one (TOML takes no raw DEL).
 fn quote(s: &str) -> String {
-    // A JSON string is a valid TOML basic string.
-    serde_json::to_string(s).expect("a string always serializes")
+    use toml_writer::ToTomlValue as _;
+    toml_writer::TomlStringBuilder::new(s)
+        .as_basic()
+        .to_toml_value()
 }
 
 fn quote_list(items: &[String]) -> String {
@@ -1232,6 +1236,21 @@ debounce = "2m"
         let c = Config::parse(text).unwrap();
         let again = Config::parse(&c.describe()).unwrap();
         assert_eq!(c, again);
+    }
+
+    #[test]
+    fn describe_escapes_what_toml_takes_only_escaped() {
+        // DEL and the other control characters are valid in a value but not
+        // raw in a TOML string.
+        let text = r#"
+[service]
+command = ["a\u007fb", "x\u001b\t\n"]
+env = { "K\u007f" = "v\u007f\"\\" }
+"#;
+        let c = Config::parse(text).unwrap();
+        let described = c.describe();
+        assert!(!described.contains('\u{7f}'), "{described}");
+        assert_eq!(Config::parse(&described).unwrap(), c);
     }
 
     #[test]
