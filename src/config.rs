@@ -235,6 +235,7 @@ struct Spans {
 
 #[derive(Debug)]
 struct WatchSpans {
+    name: Option<Range<usize>>,
     paths: Range<usize>,
     check: Option<Range<usize>>,
     exec: Option<Range<usize>>,
@@ -289,6 +290,7 @@ impl Config {
         let mut watches = Vec::with_capacity(raw.watch.len());
         for w in raw.watch {
             spans.watches.push(WatchSpans {
+                name: w.name.as_ref().map(Spanned::span),
                 paths: w.paths.span(),
                 check: w.check.as_ref().map(Spanned::span),
                 exec: w.exec.as_ref().map(Spanned::span),
@@ -296,11 +298,17 @@ impl Config {
             });
             let watch = w.into_watch(text)?;
             if let Some(prev) = watches.iter().find(|p: &&Watch| p.name == watch.name) {
-                return Err(format!(
-                    "two watches are named {:?}: give each [[watch]] its own `name` ({} and {})",
-                    prev.name,
-                    prev.paths[0].display(),
-                    watch.paths[0].display()
+                // The second one's name, or its first path, which named it.
+                let this = &spans.watches[watches.len()];
+                return Err(at(
+                    text,
+                    this.name.clone().unwrap_or_else(|| this.paths.clone()),
+                    &format!(
+                        "two watches are named {:?}: give each [[watch]] its own `name` ({} and {})",
+                        prev.name,
+                        prev.paths[0].display(),
+                        watch.paths[0].display()
+                    ),
                 ));
             }
             watches.push(watch);
@@ -699,7 +707,7 @@ struct RawHttp {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawWatch {
-    name: Option<String>,
+    name: Option<Spanned<String>>,
     paths: Spanned<Vec<PathBuf>>,
     check: Option<Spanned<Argv>>,
     check_timeout: Option<Spanned<Dur>>,
@@ -733,9 +741,10 @@ impl RawWatch {
                 &format!("`paths` holds an empty path ({p:?})"),
             ));
         }
-        let name = self
-            .name
-            .unwrap_or_else(|| paths[0].to_string_lossy().into_owned());
+        let name = self.name.map_or_else(
+            || paths[0].to_string_lossy().into_owned(),
+            Spanned::into_inner,
+        );
         let label = format!("watch {name:?}");
 
         let Some(on_change) = self.on_change else {
@@ -1446,7 +1455,11 @@ env = { "K\u007f" = "v\u007f\"\\" }
         let e = err(
             "[[watch]]\npaths = [\"/x\"]\non_change = \"none\"\n[[watch]]\npaths = [\"/x\"]\non_change = \"none\"\n",
         );
-        assert!(e.contains("two watches"), "{e}");
+        assert!(e.contains("two watches") && e.contains("line 5"), "{e}");
+        let e = err(
+            "[[watch]]\nname = \"a\"\npaths = [\"/x\"]\non_change = \"none\"\n\n[[watch]]\npaths = [\"/y\"]\nname = \"a\"\non_change = \"none\"\n",
+        );
+        assert!(e.contains("two watches") && e.contains("line 8"), "{e}");
         let e = err("[[watch]]\npaths = [\"/x\"]\non_change = \"reload\"\n");
         assert!(e.contains("reload") && e.contains("line 3"), "{e}");
     }
