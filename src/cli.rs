@@ -78,10 +78,11 @@ pub fn print(text: &str) -> std::io::Result<()> {
     }
 }
 
-/// Writes `tend: {message}` to stderr. Nothing is left to tell when that
-/// fails (stderr closed or its reader gone), so a failure is ignored.
+/// Writes `tend: {message}` to stderr, through the output writer when
+/// tend runs as an init. Nothing is left to tell when that fails (stderr
+/// closed or its reader gone), so a failure is ignored.
 pub fn complain(message: impl std::fmt::Display) {
-    let _ = writeln!(std::io::stderr().lock(), "tend: {message}");
+    crate::output::tend_lines(&format!("tend: {message}\n"));
 }
 
 #[derive(Debug, PartialEq, Eq)]

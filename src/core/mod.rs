@@ -1269,6 +1269,7 @@ fn service_entry(s: &Service, main: bool) -> status::ServiceEntry {
         required: s.cfg.required || main,
         last_exit: s.last_exit().map(|e| e.to_string()),
         last_exit_code: s.last_exit().map(ExitStatus::code),
+        dropped_lines: 0,
     }
 }
 

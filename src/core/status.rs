@@ -132,4 +132,8 @@ pub struct ServiceEntry {
     pub last_exit: Option<String>,
     /// The same as tend would exit with: the code, or 128 + the signal.
     pub last_exit_code: Option<i32>,
+    /// Lines of its output (`output = "prefix"`) that tend dropped because
+    /// its own stdout or stderr was not read. Filled in by the shell.
+    #[serde(default)]
+    pub dropped_lines: u64,
 }
