@@ -133,8 +133,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     std::panic::set_hook(Box::new(move |info| {
         log::release();
         if output::armed() {
-            output::tend_lines(&format!("tend: {info}\n"));
-            output::finish();
+            output::last_words(&format!("tend: {info}\n"));
         } else {
             report(info)
         }

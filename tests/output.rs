@@ -637,3 +637,25 @@ fn with_json_logs_every_line_is_an_object_jq_reads() {
         "tend's own lines too"
     );
 }
+
+#[test]
+fn a_partial_line_goes_out_after_a_quiet_time_and_its_newline_makes_no_empty_line() {
+    let sb = Sandbox::new();
+    let gate = common::gate::Gate::new(&sb, "go", false);
+    let cfg = sb.config(&format!(
+        "[service]\nname = \"p\"\ncommand = {}\noutput = \"prefix\"\n",
+        sh(&format!(
+            "printf 'Password: '; {}",
+            gate.script("echo; echo next")
+        ))
+    ));
+    let mut tend = sb.tend().config(&cfg).start();
+    // The prompt comes out while the service still waits, without its
+    // newline.
+    wait_for("the prompt", secs(5.0), || {
+        (tend.stdout() == "p | Password: \n").then_some(())
+    });
+    gate.open();
+    assert_eq!(tend.wait(secs(10.0)), 0);
+    assert_eq!(tend.stdout(), "p | Password: \np | next\n");
+}

@@ -167,6 +167,22 @@ pub fn tend_lines(text: &str) {
     });
 }
 
+/// tend's last line, from a panic: through the writer and flushed, unless
+/// a lock of the writer is taken (the panic may have come while this
+/// thread held it), when it is written directly.
+pub fn last_words(text: &str) {
+    let Some(shared) = SHARED.get() else {
+        return tend_lines(text);
+    };
+    if shared.writers.iter().all(Writer::lockable) {
+        tend_lines(text);
+        finish();
+    } else {
+        use std::io::Write as _;
+        let _ = std::io::stderr().lock().write_all(text.as_bytes());
+    }
+}
+
 /// Lines of `source` on `stream` dropped so far.
 pub fn dropped(source: Source, stream: Stream) -> u64 {
     writer(stream).map_or(0, |w| w.dropped(source.key(stream)))

@@ -36,9 +36,9 @@ struct Pipe {
     read: OwnedFd,
     /// What each instance gets as fd 1 or 2.
     write: OwnedFd,
-    /// Read and not yet queued: `pending[start..]`.
+    /// Read and not yet queued: a partial line, or lines that wait for
+    /// room in the queue.
     pending: Vec<u8>,
-    start: usize,
     last_read: Instant,
     /// The last read found the pipe empty.
     dry: bool,
@@ -55,32 +55,40 @@ struct Pipe {
 }
 
 impl Pipe {
-    fn rest(&self) -> &[u8] {
-        &self.pending[self.start..]
+    /// Reads at most one [`CHUNK`] (`limit` at most) into `buf` without
+    /// waiting, and queues the lines that are complete; what is left
+    /// (a partial line, or lines without room yet) stays in `pending`.
+    /// Returns how many bytes came.
+    fn feed(
+        &mut self,
+        buf: &mut Vec<u8>,
+        format: Format,
+        stuck: bool,
+        now: Instant,
+        limit: usize,
+    ) -> usize {
+        let n = self.read(buf, now, limit);
+        if n > 0 && self.pending.is_empty() {
+            let used = self.frame_slice(buf, format, stuck, false);
+            self.pending.extend_from_slice(&buf[used..]);
+        } else if n > 0 {
+            self.pending.extend_from_slice(buf);
+            self.frame(format, stuck, false);
+        }
+        n
     }
 
-    /// Reads at most one [`CHUNK`] (`limit` at most) without waiting.
-    /// Returns how many bytes came.
-    fn read(&mut self, now: Instant, limit: usize) -> usize {
+    /// Reads into `buf` (cleared first).
+    fn read(&mut self, buf: &mut Vec<u8>, now: Instant, limit: usize) -> usize {
+        buf.clear();
         if self.broken {
             return 0;
         }
-        if self.start > 0 {
-            self.pending.drain(..self.start);
-            self.start = 0;
-        }
         let want = CHUNK.min(limit);
-        self.pending.reserve(want);
-        let len = self.pending.len();
+        buf.reserve(want);
         // SAFETY: read writes at most `want` bytes into the spare capacity
         // reserved above; only what it wrote is then made part of the Vec.
-        let n = unsafe {
-            libc::read(
-                self.read.as_raw_fd(),
-                self.pending.as_mut_ptr().add(len).cast(),
-                want,
-            )
-        };
+        let n = unsafe { libc::read(self.read.as_raw_fd(), buf.as_mut_ptr().cast(), want) };
         if n < 0 {
             match Errno::last() {
                 Errno::EAGAIN => self.dry = true,
@@ -100,7 +108,7 @@ impl Pipe {
         }
         let n = n as usize;
         // SAFETY: read initialised these n bytes.
-        unsafe { self.pending.set_len(len + n) };
+        unsafe { buf.set_len(n) };
         self.dry = n < want;
         if n > 0 {
             self.last_read = now;
@@ -108,25 +116,36 @@ impl Pipe {
         n
     }
 
-    /// Queues the complete lines read (with `flush`, the partial one too).
-    /// Unless `stuck`, stops at the soft bound and waits for room; stuck,
-    /// what does not fit is dropped.
+    /// Queues what `pending` holds: see [`Pipe::frame_slice`].
     fn frame(&mut self, format: Format, stuck: bool, flush: bool) {
+        let mut pending = std::mem::take(&mut self.pending);
+        let used = self.frame_slice(&pending, format, stuck, flush);
+        pending.drain(..used);
+        // Lines held back under a flood: give the memory back after.
+        if pending.is_empty() && pending.capacity() > 2 * lines::MAX_LINE {
+            pending = Vec::new();
+        }
+        self.pending = pending;
+    }
+
+    /// Queues the complete lines at the start of `bytes` (with `flush`, the
+    /// partial one too), and returns how many bytes that took. Unless
+    /// `stuck`, stops at the soft bound and waits for room; stuck, what
+    /// does not fit is dropped.
+    fn frame_slice(&mut self, bytes: &[u8], format: Format, stuck: bool, flush: bool) -> usize {
         let key = Source::Service(self.service).key(self.stream);
         let (name, stream) = (self.name.as_str(), self.stream);
-        if self.continued && self.rest().first() == Some(&b'\n') {
-            self.start += 1;
+        let mut start = 0;
+        if self.continued && bytes.first() == Some(&b'\n') {
+            start = 1;
         }
-        if !self.rest().is_empty() {
+        if bytes.len() > start {
             self.continued = false;
         }
-        let pending = &self.pending;
-        let start = &mut self.start;
-        let writer = self.writer;
         let continued = &mut self.continued;
-        let blocked = writer.push(key, stream, |sink| {
+        let blocked = self.writer.push(key, stream, |sink| {
             loop {
-                let rest = &pending[*start..];
+                let rest = &bytes[start..];
                 let Some((len, used)) = lines::next_line(rest, flush) else {
                     return false;
                 };
@@ -138,22 +157,19 @@ impl Pipe {
                     sink.want_room();
                     return true;
                 }
-                *start += used;
-                if *start == pending.len() && used == len && flush {
+                start += used;
+                if start == bytes.len() && used == len && flush {
                     *continued = true;
                 }
             }
         });
         self.blocked = blocked;
-        if self.start == self.pending.len() {
-            self.pending.clear();
-            self.start = 0;
-        }
+        start
     }
 
     /// A partial line waits (every complete one is queued).
     fn partial(&self) -> bool {
-        !self.blocked && !self.rest().is_empty()
+        !self.blocked && !self.pending.is_empty()
     }
 }
 
@@ -169,6 +185,8 @@ pub struct ServiceOutput {
     room: Option<Arc<EventFd>>,
     /// Readiness of the last `ppoll`, in [`ServiceOutput::poll_fds`] order.
     ready: Vec<bool>,
+    /// What each read goes into: one buffer for every pipe.
+    buf: Vec<u8>,
     /// Drop counts by service, as the status last showed them, and when.
     shown: Vec<u64>,
     shown_at: Option<Instant>,
@@ -208,7 +226,6 @@ impl ServiceOutput {
                     read,
                     write,
                     pending: Vec::new(),
-                    start: 0,
                     last_read: Instant::now(),
                     dry: true,
                     blocked: false,
@@ -233,6 +250,7 @@ impl ServiceOutput {
         };
         Ok(ServiceOutput {
             ready: Vec::new(),
+            buf: Vec::new(),
             shown: vec![0; names.len()],
             prefixed: prefixed.to_vec(),
             pipes,
@@ -305,8 +323,7 @@ impl ServiceOutput {
                 p.frame(self.format, stuck, false);
             }
             if !p.blocked && ready.get(i) == Some(&true) {
-                p.read(now, CHUNK);
-                p.frame(self.format, stuck, false);
+                p.feed(&mut self.buf, self.format, stuck, now, CHUNK);
             }
             let quiet = now.saturating_duration_since(p.last_read) >= QUIET;
             if p.partial() && (quiet || (p.flush_when_dry && p.dry)) {
@@ -328,9 +345,8 @@ impl ServiceOutput {
             if p.blocked {
                 continue;
             }
-            p.read(now, CHUNK);
             let stuck = stuck[p.stream as usize];
-            p.frame(self.format, stuck, false);
+            p.feed(&mut self.buf, self.format, stuck, now, CHUNK);
             if p.dry && p.partial() {
                 p.frame(self.format, stuck, true);
             }
@@ -358,8 +374,7 @@ impl ServiceOutput {
                 if read >= EXIT_READ || now >= until {
                     break;
                 }
-                read += p.read(now, EXIT_READ - read);
-                p.frame(self.format, stuck, false);
+                read += p.feed(&mut self.buf, self.format, stuck, now, EXIT_READ - read);
                 if p.dry && !p.blocked {
                     p.frame(self.format, stuck, true);
                     break;

@@ -228,6 +228,15 @@ impl Writer {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Whether the queue's lock is free now (a panic may have come while
+    /// this thread held it).
+    pub fn lockable(&self) -> bool {
+        !matches!(
+            self.queue.try_lock(),
+            Err(std::sync::TryLockError::WouldBlock)
+        )
+    }
+
     /// The eventfd that [`Sink::want_room`] has written.
     pub fn set_room(&self, room: Arc<EventFd>) {
         self.lock().room = Some(room);
