@@ -85,6 +85,9 @@ fn render(s: &Status) -> String {
             if let Some(e) = &svc.last_exit {
                 facts.push(format!("last {e}"));
             }
+            if svc.dropped_lines > 0 {
+                facts.push(format!("{} output lines dropped", svc.dropped_lines));
+            }
             let role = match (svc.main, svc.required) {
                 (true, _) => " (main)",
                 (false, false) => " (not required)",

@@ -389,6 +389,18 @@ fn with_nobody_reading_signals_are_forwarded_and_ready_answers_and_the_drops_are
             .find(|s| s["name"] == "flood")?;
         (flood["dropped_lines"].as_u64()? > 0).then_some(())
     });
+    let shown = std::process::Command::new(TEND)
+        .args(["status", "--config"])
+        .arg(sb.path("supervisor.toml"))
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.contains("flood") && l.contains("output lines dropped")),
+        "tend status: {shown}"
+    );
     // Stuck for a few seconds in all, then read again.
     std::thread::sleep(secs(3.0).saturating_sub(stuck_since.elapsed()));
     out.start();

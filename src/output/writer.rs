@@ -174,7 +174,10 @@ impl Sink<'_> {
         let before = self.q.bytes.len();
         write(&mut self.q.bytes);
         let n = self.q.bytes.len() - before;
-        if self.q.held[self.key] + self.added + n > BOUND && !NOTICES.get() {
+        let held = self.q.held[self.key] + self.added;
+        // A key that holds nothing takes one line of any size (a 16 KiB
+        // line as JSON escapes can be 96 KiB), so none waits for ever.
+        if held > 0 && held + n > BOUND && !NOTICES.get() {
             self.q.bytes.truncate(before);
             return false;
         }
@@ -489,7 +492,7 @@ mod tests {
 
     #[test]
     fn a_key_past_its_bound_drops_whole_lines_and_the_others_still_fit() {
-        let mut q = queue(2);
+        let mut q = queue(3);
         let line = vec![b'x'; 1000];
         let mut kept = 0;
         while add(&mut q, 0, Stream::Stdout, &line) {
@@ -500,6 +503,9 @@ mod tests {
         assert_eq!(q.bytes.len(), kept * 1000, "nothing of the dropped line");
         assert!(add(&mut q, 1, Stream::Stdout, b"other\n"));
         assert_eq!(q.dropped[1], 0);
+        // Empty, a key takes a line longer than the bound.
+        assert!(add(&mut q, 2, Stream::Stderr, &vec![b'y'; BOUND + 1]));
+        assert!(!add(&mut q, 2, Stream::Stderr, b"then no more\n"));
     }
 
     #[test]
