@@ -285,6 +285,36 @@ impl Drain {
         }));
     }
 
+    /// Reads from now on, keeping only the lines `keep` wants and
+    /// checking the others as they pass (a flood would fill memory).
+    fn start_filtered(&mut self, keep: fn(&str) -> bool, check: fn(&str)) {
+        let mut f = std::fs::File::from(self.read.take().unwrap());
+        let got = self.got.clone();
+        self.thread = Some(std::thread::spawn(move || {
+            let (mut buf, mut rest) = (vec![0; 1 << 16], Vec::new());
+            while let Ok(n) = f.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                rest.extend_from_slice(&buf[..n]);
+                let end = rest
+                    .iter()
+                    .rposition(|&b| b == b'\n')
+                    .map_or(0, |at| at + 1);
+                for line in String::from_utf8_lossy(&rest[..end]).lines() {
+                    if keep(line) {
+                        let mut got = got.lock().unwrap();
+                        got.extend_from_slice(line.as_bytes());
+                        got.push(b'\n');
+                    } else {
+                        check(line);
+                    }
+                }
+                rest.drain(..end);
+            }
+        }));
+    }
+
     fn text(&self) -> String {
         String::from_utf8_lossy(&self.got.lock().unwrap()).into_owned()
     }
@@ -670,4 +700,75 @@ fn a_partial_line_goes_out_after_a_quiet_time_and_its_newline_makes_no_empty_lin
     gate.open();
     assert_eq!(tend.wait(secs(10.0)), 0);
     assert_eq!(tend.stdout(), "p | Password: \np | next\n");
+}
+
+#[test]
+fn a_service_writing_without_pause_starves_neither_another_service_nor_the_loop() {
+    let sb = Sandbox::new();
+    let cfg = sb.config(&format!(
+        "{}{}{}{}",
+        service("app", &sb.service_toml(&["--tag", "app"]), ""),
+        service("flood", &lines("flood", &[]), ""),
+        service(
+            "tick",
+            &lines(
+                "tick",
+                &["--count", "40", "--burst", "1", "--pause", "0.05"]
+            ),
+            "required = false"
+        ),
+        sb.readiness_toml(),
+    ));
+    let (mut out, out_w) = Drain::pipe();
+    let mut tend = sb
+        .tend()
+        .config(&cfg)
+        .stdio(
+            out_w,
+            Stdio::from(std::fs::File::create(sb.path("tend.stderr")).unwrap()),
+        )
+        .start();
+    // The flood's lines are checked as they pass (whole, in order), and
+    // only the others are kept.
+    out.start_filtered(
+        |l| !l.starts_with("flood | "),
+        |l| {
+            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let l = numbered(l, 100).unwrap_or_else(|e| panic!("{e}"));
+            let want = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(l.seq, want, "the flood's lines in order, none missing");
+        },
+    );
+    sb.wait_log("app start", 1, secs(10.0));
+    // The ticks are written over 2 s, while the flood writes without pause.
+    wait_every(
+        Duration::from_millis(50),
+        "every line of tick",
+        secs(15.0),
+        || {
+            (out.text()
+                .lines()
+                .filter(|l| l.starts_with("tick | "))
+                .count()
+                == 40)
+                .then_some(())
+        },
+    );
+    let sent = Instant::now();
+    tend.signal(Signal::SIGUSR1);
+    sb.wait_log("app sig SIGUSR1", 1, secs(1.0));
+    eprintln!("SIGUSR1 forwarded after {:?}", sent.elapsed());
+    let st = sb.status().unwrap();
+    for s in st["services"].as_array().unwrap() {
+        assert_eq!(s["dropped_lines"], 0, "{s}");
+    }
+    tend.signal(Signal::SIGTERM);
+    assert_eq!(tend.wait(secs(10.0)), 0);
+    let kept = out.finish();
+    let ticks: Vec<Numbered> = kept
+        .lines()
+        .map(|l| numbered(l, 100).unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    let seqs = &by_process(&ticks)[&("tick".to_string(), ticks[0].pid)];
+    assert!(without_gap(seqs) && seqs.len() == 40);
 }
