@@ -92,6 +92,16 @@ impl Queue {
         }
     }
 
+    /// Bytes were taken: wakes the loop if it waits for room.
+    fn room_made(&mut self) {
+        if std::mem::take(&mut self.room_wanted)
+            && let Some(room) = &self.room
+        {
+            // Cannot block: a counter far from overflowing.
+            let _ = room.write(1);
+        }
+    }
+
     /// Copies the next write into `chunk`: bytes for one stream, at most
     /// [`CHUNK`], and with `atomic` at most [`PIPE_BUF`] ending at a line
     /// end (unless one line is longer). `taken` gets the keys and lengths.
@@ -305,6 +315,7 @@ impl Writer {
             let (mut chunk, mut taken) = (Vec::new(), Vec::new());
             while !q.is_empty() {
                 let stream = q.take(&mut chunk, &mut taken, self.atomic);
+                q.room_made();
                 drop(q);
                 let _ = write_all(stream.fd(), &chunk);
                 q = self.lock();
@@ -327,12 +338,7 @@ impl Writer {
                 q.idle = false;
                 let stream = q.take(&mut chunk, &mut taken, self.atomic);
                 q.writing_since = Some(Instant::now());
-                if std::mem::take(&mut q.room_wanted)
-                    && let Some(room) = &q.room
-                {
-                    // Cannot block: a counter far from overflowing.
-                    let _ = room.write(1);
-                }
+                q.room_made();
                 stream
             };
             let written = write_all(stream.fd(), &chunk);
