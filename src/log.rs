@@ -128,7 +128,7 @@ pub fn hold() {
     });
 }
 
-/// Writes the lines held since [`hold`].
+/// Queues the lines held since [`hold`] for stderr (see `output`).
 pub fn release() {
     if let Some(lines) = HELD.with(|held| held.borrow_mut().take())
         && !lines.is_empty()

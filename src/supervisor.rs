@@ -237,15 +237,15 @@ impl Supervisor {
                 let commands = self.core.handle(now, event);
                 if let Some(code) = self.perform(commands, now) {
                     // What the services wrote last, before tend's last lines.
-                    self.output
-                        .drain_all(Instant::now() + std::time::Duration::from_secs(2));
+                    self.output.drain_all();
                     self.publish(now.mono);
                     self.readiness.withdraw();
                     log::release();
                     return Ok(code);
                 }
             }
-            // After the signals and exits of this wake-up were acted on.
+            // The services' lines that the last wait found, read once its
+            // signals and exits were acted on.
             self.output.pump(Instant::now());
             self.publish(now.mono);
             // After the signals and exits of this wake-up were acted on, and

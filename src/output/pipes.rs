@@ -20,6 +20,9 @@ use crate::core::status::Status;
 /// A partial line (no newline yet) goes out after this much quiet: a
 /// prompt, or progress dots.
 pub const QUIET: Duration = Duration::from_millis(250);
+/// At exit, the longest tend waits for room for the services' last lines
+/// while the reader keeps taking them.
+const EXIT_DRAIN: Duration = Duration::from_secs(2);
 /// At exit, the most read from one pipe (a daemon that outlived its
 /// service may write without end).
 const EXIT_READ: usize = 1 << 20;
@@ -354,8 +357,9 @@ impl ServiceOutput {
     }
 
     /// At exit: everything left in the pipes, waiting for room while the
-    /// writer takes bytes, until `until`.
-    pub fn drain_all(&mut self, until: Instant) {
+    /// writer takes bytes, for at most [`EXIT_DRAIN`].
+    pub fn drain_all(&mut self) {
+        let until = Instant::now() + EXIT_DRAIN;
         for p in &mut self.pipes {
             let mut read = 0;
             loop {
