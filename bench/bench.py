@@ -702,6 +702,181 @@ def restart_gap(tend, work, restarts, port=18090):
     return results
 
 
+# ------------------------------------------------------------------ output
+
+def read_lines(fd, n, timeout=120):
+    """Reads `fd` until `n` newlines came: (seconds from the first byte to
+    the n-th newline, lines seen)."""
+    seen, first = 0, None
+    deadline = time.monotonic() + timeout
+    while seen < n and time.monotonic() < deadline:
+        if not select.select([fd], [], [], 1)[0]:
+            continue
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            break
+        if first is None:
+            first = time.monotonic()
+        seen += chunk.count(b"\n")
+    return (time.monotonic() - first if first else None), seen
+
+
+def output_config(work, name, services):
+    """A supervisor.toml of [[service]] tables (name, argv, extra lines)."""
+    cfg = os.path.join(work, name + ".toml")
+    with open(cfg, "w") as f:
+        for svc, argv, extra in services:
+            quoted = ", ".join(f'"{a}"' for a in argv)
+            f.write(f'[[service]]\nname = "{svc}"\ncommand = [{quoted}]\noutput = "prefix"\n{extra}\n')
+    return cfg
+
+
+def output_throughput(tend, lines_bin, work, n, rounds):
+    """`lines count n` (100-byte lines through stdio) into a pipe that
+    Python reads, directly and through tend (prefix), alternating in each
+    round: MB/s of the service's bytes from the first byte read to the
+    last, and tend's CPU (every thread) per MB."""
+    cfg = output_config(work, "output-throughput", [("svc", [lines_bin, "count", str(n)], "")])
+    mb = n * 100 / 1e6
+    out = {"direct": [], "tend": [], "cpu_ms_per_mb": []}
+    for _ in range(rounds):
+        for mode in ("direct", "tend"):
+            r, w = os.pipe()
+            argv = [lines_bin, "count", str(n)] if mode == "direct" else None
+            p = subprocess.Popen(argv, stdout=w, stderr=subprocess.DEVNULL) if argv else \
+                unshare([tend, "--config", cfg], stdout=w, stderr=subprocess.DEVNULL, env=env_quiet())
+            os.close(w)
+            try:
+                took, seen = read_lines(r, n)
+                assert seen >= n, f"{mode}: {seen} of {n} lines"
+                out[mode].append(mb / took)
+                if mode == "tend":
+                    out["cpu_ms_per_mb"].append(schedstat_cpu(pid1_of(p)) * 1000 / mb)
+            finally:
+                stop(p)
+                os.close(r)
+    return out
+
+
+def output_latency(tend, lines_bin, work, n):
+    """`lines every 1000 n`: one line a millisecond, each with the time it
+    was written; us until Python read it, directly and through tend."""
+    cfg = output_config(work, "output-latency", [("svc", [lines_bin, "every", "1000", str(n)], "")])
+    out = {}
+    for mode in ("direct", "tend"):
+        r, w = os.pipe()
+        argv = [lines_bin, "every", "1000", str(n)]
+        p = subprocess.Popen(argv, stdout=w, stderr=subprocess.DEVNULL) if mode == "direct" else \
+            unshare([tend, "--config", cfg], stdout=w, stderr=subprocess.DEVNULL, env=env_quiet())
+        os.close(w)
+        lat, rest = [], b""
+        try:
+            while len(lat) < n:
+                if not select.select([r], [], [], 5)[0]:
+                    break
+                chunk = os.read(r, 65536)
+                now = time.monotonic_ns()
+                if not chunk:
+                    break
+                lines = (rest + chunk).split(b"\n")
+                rest = lines.pop()
+                for line in lines:
+                    lat.append((now - int(line.split(b" | ")[-1].split()[0])) / 1000)
+        finally:
+            stop(p)
+            os.close(r)
+        out[mode] = lat
+    return out
+
+
+def output_signals(tend, lines_bin, work, signals):
+    """SIGUSR1 through tend to a service (recorder.py, reporting on a pipe
+    of its own), with tend's stdout read by `cat`: alone; next to a service
+    that writes lines without pause; and the same with nobody reading
+    tend's stdout and stderr (lines are dropped once a write has been
+    blocked for a second)."""
+    out = {}
+    cases = (("quiet", False, True), ("a service floods, stdout read", True, True),
+             ("a service floods, nobody reads", True, False))
+    for label, flood, read in cases:
+        rec_r, rec_w = os.pipe()
+        services = [("app", RECORDER + ["/dev/null"], f'env = {{ RECORDER_FD = "{rec_w}" }}')]
+        if flood:
+            services.append(("flood", [lines_bin, "flood"], ""))
+        cfg = output_config(work, "output-signals", services)
+        r, w = os.pipe()
+        p = unshare([tend, "--config", cfg], stdout=w, stderr=w, env=env_quiet(), pass_fds=(rec_w,))
+        os.close(w)
+        os.close(rec_w)
+        cat = subprocess.Popen(["cat"], stdin=r, stdout=subprocess.DEVNULL) if read else None
+        rec = os.fdopen(rec_r, "rb", buffering=0)
+        lat = []
+        try:
+            assert read_line(rec, 10).startswith("ready")
+            pid = pid1_of(p)
+            time.sleep(2.5)  # nobody reading: well past the second that makes a write stuck
+            for _ in range(signals):
+                time.sleep(0.03)
+                t0 = time.monotonic_ns()
+                os.kill(pid, signal.SIGUSR1)
+                line = read_line(rec, 5)
+                if line and line.startswith("USR1 "):
+                    lat.append((int(line.split()[1]) - t0) / 1000)
+            out[label] = lat
+        finally:
+            stop(p)
+            if cat:
+                cat.kill()
+                cat.wait()
+            rec.close()
+            os.close(r)
+    return out
+
+
+def print_output(tend, lines_bin, work, q):
+    n = 200_000 if q else 2_000_000
+    rounds = 2 if q else 5
+    print("## Output through tend: `output = \"prefix\"`\n")
+    th = output_throughput(tend, lines_bin, work, n, rounds)
+    med = statistics.median
+    d, t = med(th["direct"]), med(th["tend"])
+    cpu = med(th["cpu_ms_per_mb"])
+    print(f"`bench/lines.c` writes {n:,} lines of 100 bytes through stdio (4 KiB writes that cut lines) into a "
+          f"pipe that Python reads, directly and through tend (each line becomes `svc | line`), {rounds} rounds "
+          "alternating. MB/s counts the service's bytes (10^6 bytes), from the first byte read to the last; "
+          "tend's CPU is every thread's time on a CPU (`schedstat`), start-up included.\n")
+    print("| | MB/s | tend's CPU per MB (ms) | tend's CPU at 10 MB/s (% of one core) |")
+    print("|---|---|---|---|")
+    print(f"| directly | {med_spread(th['direct'])} (1.00x) | - | - |")
+    print(f"| through tend | {med_spread(th['tend'])} ({ratio(t, d)}) | {med_spread(th['cpu_ms_per_mb'], '{:.2f}')} | "
+          f"{cpu:.1f} |\n")
+    sys.stdout.flush()
+    lt = output_latency(tend, lines_bin, work, 300 if q else 1000)
+    print("One line a millisecond, one write(2) each, stamped with the time it was written: until Python read it.\n")
+    print("| | p50 (us) | p90 (us) | p99 (us) |")
+    print("|---|---|---|---|")
+    for mode in ("direct", "tend"):
+        v = lt[mode]
+        print(f"| {'directly' if mode == 'direct' else 'through tend'} | {pct(v, 50):.0f} | {pct(v, 90):.0f} | "
+              f"{pct(v, 99):.0f} |")
+    print(f"\nAdded by tend: {pct(lt['tend'], 50) - pct(lt['direct'], 50):.0f} us per line at the median.\n")
+    sys.stdout.flush()
+    sg = output_signals(tend, lines_bin, work, 10 if q else 30)
+    print("SIGUSR1 sent to tend until the service has it (30 ms apart), with a second service writing lines "
+          "without pause: tend's stdout read by `cat`, and not read at all (tend's stdout and stderr are one "
+          "pipe nobody reads; from 2.5 s on, tend drops the lines that do not fit).\n")
+    print("| | p50 (us) | p99 (us) | max (us) | signals |")
+    print("|---|---|---|---|---|")
+    base = pct(sg["quiet"], 50)
+    for label, v in sg.items():
+        print(f"| {label} | {pct(v, 50):.0f} ({ratio(pct(v, 50), base)}) | {pct(v, 99):.0f} | {max(v):.0f} | "
+              f"{len(v)} |")
+    print()
+    print(f"Goals: throughput >= 0.8x direct: {'yes' if t / d >= 0.8 else 'NO'} ({t / d:.2f}x); "
+          f"tend's CPU <= 10% of one core per 10 MB/s: {'yes' if cpu <= 10 else 'NO'} ({cpu:.1f}%).\n")
+    sys.stdout.flush()
+
+
 # ------------------------------------------------------------------ report
 
 def machine():
@@ -728,9 +903,20 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tend", required=True)
     ap.add_argument("--orphans-bin", required=True)
+    ap.add_argument("--lines-bin", required=True)
     ap.add_argument("--quick", action="store_true", help="fewer rounds, for trying the harness")
+    ap.add_argument("--only", choices=["output"], help="run this part alone")
     a = ap.parse_args()
     q = a.quick
+    if a.only == "output":
+        work = tempfile.mkdtemp(prefix="tend-bench-")
+        try:
+            print(f"# Run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: output only\n")
+            print(f"Machine: {machine()}.\n")
+            print_output(os.path.abspath(a.tend), os.path.abspath(a.lines_bin), work, q)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     rounds = {"rss": 3 if q else 7, "start": 20 if q else 100, "sig": 5 if q else 30, "reap": 1 if q else 5,
               "wake": 5 if q else 30, "updates": 40 if q else 200, "burst": 30, "cost": 200 if q else 1000,
               "scale": 20 if q else 100, "hash": 10 if q else 30, "http": 100 if q else 1000, "check": 20 if q else 100,
@@ -889,6 +1075,8 @@ def main():
         print(f"| tend idle | {i50:.0f} (1.00x) | {max(h['idle']):.0f} |")
         print(f"| tend hashing 2 GiB | {b50:.0f} ({ratio(b50, i50)}) | {max(h['busy']):.0f} |\n")
         sys.stdout.flush()
+
+        print_output(tend, os.path.abspath(a.lines_bin), work, q)
 
         print("## Restarts: the gap a client sees\n")
         rg = restart_gap(tend, work, rounds["restarts"])

@@ -5,6 +5,9 @@ stdout for every SIGHUP, "USR1 <monotonic_ns>" for every SIGUSR1, and "TERM
 (sigwaitinfo, no handler).
 
     recorder.py FILE
+
+With RECORDER_FD set, the lines go to that fd instead of stdout (when
+stdout itself is what is measured).
 """
 import os
 import signal
@@ -14,7 +17,7 @@ import time
 path = sys.argv[1]
 WANTED = {signal.SIGHUP, signal.SIGTERM, signal.SIGUSR1}
 signal.pthread_sigmask(signal.SIG_BLOCK, WANTED)
-out = os.fdopen(1, "w", buffering=1)
+out = os.fdopen(int(os.environ.get("RECORDER_FD", "1")), "w", buffering=1)
 out.write(f"ready {time.monotonic_ns()}\n")
 while True:
     info = signal.sigwaitinfo(WANTED)

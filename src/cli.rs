@@ -115,9 +115,9 @@ pub fn print(text: &str) -> std::io::Result<()> {
     }
 }
 
-/// Writes `tend: {message}` to stderr, or with `TEND_LOG_FORMAT=json` a
-/// JSON line at level ERROR, as the log's: whoever collects the log reads
-/// why tend stopped. Nothing is left to tell when that fails (stderr closed
+/// Writes `tend: {message}` to stderr (through the output writer when tend
+/// runs as an init), or with `TEND_LOG_FORMAT=json` a JSON line at level
+/// ERROR, as the log's: whoever collects the log reads why tend stopped. Nothing is left to tell when that fails (stderr closed
 /// or its reader gone), so a failure is ignored.
 pub fn complain(message: impl std::fmt::Display) {
     say("ERROR", "", &message.to_string());
@@ -134,7 +134,8 @@ fn say(level: &str, prefix: &str, message: &str) {
     } else {
         format!("tend: {prefix}{message}\n")
     };
-    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    // Through the output writer when tend runs as an init: never blocks.
+    crate::output::tend_lines(&line);
 }
 
 #[derive(Debug, PartialEq, Eq)]

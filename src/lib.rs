@@ -13,6 +13,7 @@ pub mod http_action;
 pub mod http_server;
 pub mod log;
 pub mod notify;
+pub mod output;
 pub mod probe;
 pub mod process;
 pub mod ratelimit;

@@ -7,7 +7,6 @@
 //! resident memory than everything here.
 
 use std::fmt::{self, Write as _};
-use std::io::Write as _;
 use std::time::SystemTime;
 
 use tracing::field::{Field, Visit};
@@ -39,8 +38,16 @@ pub fn init(default: LevelFilter) -> Result<(), String> {
             ));
         }
     };
+    JSON.store(json, std::sync::atomic::Ordering::Relaxed);
     tracing::subscriber::set_global_default(Logger { filter, json })
         .map_err(|e| format!("cannot install the logger: {e}"))
+}
+
+static JSON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether TEND_LOG_FORMAT=json: the services' lines are JSON too.
+pub fn json() -> bool {
+    JSON.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// env-filter style directives: a default level, and levels for targets
@@ -113,28 +120,21 @@ thread_local! {
 }
 
 /// Holds this thread's log lines until [`release`]: the loop acts first
-/// (signals, kills, spawns) and writes what it logged after, so that a
-/// write to a slow stderr never delays a signal. Lines keep their order
-/// and the time they were logged at.
+/// (signals, kills, spawns) and queues what it logged after, in one piece.
+/// Lines keep their order and the time they were logged at.
 pub fn hold() {
     HELD.with(|held| {
         held.borrow_mut().get_or_insert_with(String::new);
     });
 }
 
-/// Writes the lines held since [`hold`], in one write.
+/// Queues the lines held since [`hold`] for stderr (see `output`).
 pub fn release() {
     if let Some(lines) = HELD.with(|held| held.borrow_mut().take())
         && !lines.is_empty()
     {
-        write_stderr(&lines);
+        crate::output::tend_lines(&lines);
     }
-}
-
-/// Whole lines in one write, so that lines from tend never interleave
-/// with each other; a failed write to stderr has nowhere to be reported.
-fn write_stderr(lines: &str) {
-    let _ = std::io::stderr().lock().write_all(lines.as_bytes());
 }
 
 struct Logger {
@@ -165,7 +165,7 @@ impl Subscriber for Logger {
             None => false,
         });
         if !held {
-            write_stderr(&line);
+            crate::output::tend_lines(&line);
         }
     }
 

@@ -16,7 +16,7 @@ use tracing::level_filters::LevelFilter;
 use tend::cli::{self, Cli, Mode, Parsed};
 use tend::config::{self, Config, ConfigError, Place};
 use tend::http_server::HttpServer;
-use tend::{control, http_action, log, probe, show, signals, sockets, supervisor};
+use tend::{control, http_action, log, output, probe, show, signals, sockets, supervisor};
 
 /// Why tend stopped before or instead of running the service.
 enum Failure {
@@ -109,6 +109,9 @@ fn tend_main() -> i32 {
             1
         }
     };
+    // What is still queued for stdout and stderr, without waiting on a
+    // reader that is stuck.
+    output::finish();
     code & 0xff
 }
 
@@ -125,11 +128,17 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         LevelFilter::WARN
     };
     log::init(level).map_err(Failure::Usage)?;
-    // Lines the loop holds (log::hold) come before the message of a panic.
+    // Lines the loop holds (log::hold) come before the message of a panic,
+    // which goes the same way as they do: through the output writer once
+    // it is armed, so that a stuck stderr cannot hold a panicking PID 1.
     let report = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         log::release();
-        report(info)
+        if output::armed() {
+            output::last_words(&format!("tend: {info}\n"));
+        } else {
+            report(info)
+        }
     }));
     match cli.mode {
         Some(Mode::CheckConfig) => check_config(
@@ -222,6 +231,8 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             // thread: the sockets take fds 3.. (see sockets.rs).
             let sockets =
                 sockets::bind_all(&config.sockets).map_err(|e| Failure::Usage(e.to_string()))?;
+            // From here on, nothing tend writes waits for its reader.
+            output::arm(&config, &argv);
             // After the sockets, so it takes none of fds 3..; before the
             // service starts, so a port in use stops tend with a clear error.
             let http = match &config.http {

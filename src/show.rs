@@ -103,6 +103,9 @@ fn render(s: &Status) -> String {
             if let Some(status) = &svc.status {
                 facts.push(format!("status {}", text::escape(status)));
             }
+            if svc.dropped_lines > 0 {
+                facts.push(format!("{} output lines dropped", svc.dropped_lines));
+            }
             let role = match (svc.main, svc.required) {
                 (true, _) => " (main)",
                 (false, false) => " (not required)",

@@ -1,5 +1,6 @@
 //! The shell around the core: one `ppoll` over the signalfd, the watcher's
-//! file descriptors and the output pipes of running jobs, with a timeout
+//! file descriptors, the output pipes of running jobs and of the services
+//! whose lines tend prefixes, with a timeout
 //! that exists only while something is due. An idle tend sleeps in `ppoll`
 //! with no timeout at all.
 //!
@@ -31,6 +32,7 @@ use crate::envfile;
 use crate::http_server::{HttpServer, Page, Reply};
 use crate::log;
 use crate::notify::{self, NotifySocket};
+use crate::output::{self, ServiceOutput};
 use crate::probe;
 use crate::process::job::Job;
 use crate::process::reaper;
@@ -58,14 +60,21 @@ pub struct Supervisor {
     http: Option<HttpServer>,
     /// `tend signal` and `tend restart`, beside the status file.
     control: Option<ControlSocket>,
-    /// The generations of the status and the metrics the server's pages
-    /// were made from.
-    served: (u64, u64),
+    /// The generations of the status, the metrics and the output's drop
+    /// counts the server's pages were made from.
+    served: (u64, u64, u64),
     /// The signals the signalfd reads, for waiting on them alone.
     handled: nix::sys::signal::SigSet,
     /// Whether anything reads the status: readiness files, or watches
     /// (whose "ready" and "not ready" the core logs). A plain init skips it.
     publishes: bool,
+    /// The pipes of the services with `output = "prefix"`.
+    output: ServiceOutput,
+    /// Running instances of services, to tell the output which service's
+    /// instance exited.
+    instances: Vec<(Pid, ServiceId)>,
+    /// Every service's name, by [`ServiceId`].
+    names: Vec<String>,
 }
 
 /// What the shell needs to start one service, and the jobs run on its
@@ -126,6 +135,21 @@ impl Supervisor {
         };
         let take_terminal = owns_terminal();
         let tend_uid = euid();
+        output::arm(config, &argv);
+        let names: Vec<String> = (0..config.services.len())
+            .map(|i| config.service_name(i, (i == config.main).then_some(argv.as_slice())))
+            .collect();
+        let prefixed: Vec<bool> = config
+            .services
+            .iter()
+            .map(|s| s.output == crate::config::Output::Prefix)
+            .collect();
+        let format = if log::json() {
+            output::Format::Json
+        } else {
+            output::Format::Prefix
+        };
+        let service_output = ServiceOutput::new(&names, &prefixed, format)?;
         let mut launches = Vec::with_capacity(config.services.len());
         let mut services = Vec::with_capacity(config.services.len());
         for (i, (s, account)) in config.services.iter().zip(accounts).enumerate() {
@@ -206,8 +230,11 @@ impl Supervisor {
             notify,
             publishes: publishes || http.is_some(),
             http,
-            served: (0, 0),
+            served: (0, 0, 0),
             handled: signals::handled(),
+            output: service_output,
+            instances: Vec::new(),
+            names,
         })
     }
 
@@ -221,12 +248,17 @@ impl Supervisor {
             while let Some(event) = events.pop_front() {
                 let commands = self.core.handle(now, event);
                 if let Some(code) = self.perform(commands, now) {
+                    // What the services wrote last, before tend's last lines.
+                    self.output.drain_all();
                     self.publish(now.mono);
                     self.readiness.withdraw();
                     log::release();
                     return Ok(code);
                 }
             }
+            // The services' lines that the last wait found, read once its
+            // signals and exits were acted on.
+            self.output.pump(Instant::now());
             self.publish(now.mono);
             // After the signals and exits of this wake-up were acted on, and
             // with the status they led to.
@@ -378,12 +410,24 @@ impl Supervisor {
             SpawnKind::Service(id) => {
                 let launch = &self.services[id.0];
                 let env = service_variables(launch)?;
-                spawn::spawn(Spec {
+                let output = match self.output.stdio(id.0) {
+                    Ok(Some((stdout, stderr))) => Output::Lines { stdout, stderr },
+                    Ok(None) => Output::Inherit,
+                    Err(e) => {
+                        return Err(SpawnFailure {
+                            message: format!(
+                                "cannot start the service: dup() of its output pipe failed: {e}"
+                            ),
+                            exit_code: 1,
+                        });
+                    }
+                };
+                let started = spawn::spawn(Spec {
                     argv,
                     env: &env,
                     working_dir: launch.working_dir.as_deref(),
                     take_terminal: launch.take_terminal,
-                    output: Output::Inherit,
+                    output,
                     sockets: Some(Sockets {
                         held: &self.sockets,
                         which: &launch.sockets,
@@ -392,7 +436,11 @@ impl Supervisor {
                     stdin_null: !launch.main,
                     user: launch.user.as_ref(),
                     fds: spawn::Fds::Inherited,
-                })
+                });
+                if let Ok(pid) = started {
+                    self.instances.push((pid, id));
+                }
+                started
             }
             SpawnKind::Job(id) | SpawnKind::JobWithSockets(id) => {
                 let launch = &self.services[id.0];
@@ -420,9 +468,17 @@ impl Supervisor {
         })
     }
 
-    /// One reaper pass, with the output of the jobs among the exits.
+    /// One reaper pass, with the output of the jobs among the exits. An
+    /// instance's last lines are read before the core hears of its exit.
     fn reap(&mut self) -> Event {
         let reaped = reaper::reap();
+        let now = Instant::now();
+        for (pid, _) in &reaped.exits {
+            if let Some(at) = self.instances.iter().position(|(p, _)| p == pid) {
+                let (_, id) = self.instances.swap_remove(at);
+                self.output.exited(id.0, now);
+            }
+        }
         let exits = reaped
             .exits
             .into_iter()
@@ -447,7 +503,9 @@ impl Supervisor {
 
     fn publish(&mut self, now: Instant) {
         if self.publishes {
-            self.readiness.publish(self.core.status(), now);
+            let mut status = self.core.status();
+            self.output.fill_status(&mut status, now);
+            self.readiness.publish(status, now);
         }
     }
 
@@ -459,6 +517,7 @@ impl Supervisor {
             self.http.as_ref().and_then(HttpServer::deadline),
             self.notify.as_ref().and_then(NotifySocket::deadline),
             self.control.as_ref().and_then(ControlSocket::deadline),
+            self.output.deadline(),
         ]
         .into_iter()
         .flatten()
@@ -468,13 +527,14 @@ impl Supervisor {
             && self.notify.is_none()
             && self.http.is_none()
             && self.control.is_none()
+            && self.output.is_empty()
             && self.watcher.poll_fds().is_empty()
         {
             return self.wait_for_signal(events);
         }
         let timeout =
             deadline.map(|d| TimeSpec::from_duration(d.saturating_duration_since(Instant::now())));
-        let (signals, watcher, notify, jobs, http, control) = {
+        let (signals, watcher, notify, jobs, http, control, lines) = {
             let mut fds = vec![PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
             let watcher_fds = self.watcher.poll_fds();
             let watcher_at = fds.len();
@@ -510,6 +570,14 @@ impl Supervisor {
                     .flatten()
                     .map(|(fd, flags)| PollFd::new(fd, flags)),
             );
+            let output_fds = self.output.poll_fds();
+            let output_at = fds.len();
+            let output_n = output_fds.len();
+            fds.extend(
+                output_fds
+                    .into_iter()
+                    .map(|(fd, flags)| PollFd::new(fd, flags)),
+            );
             let mut job_at = Vec::new();
             for (i, j) in self.jobs.iter().enumerate() {
                 if let Some(fd) = j.fd() {
@@ -540,8 +608,13 @@ impl Supervisor {
                 (control_at..control_at + control_n)
                     .map(ready)
                     .collect::<Vec<bool>>(),
+                (output_at..output_at + output_n)
+                    .map(ready)
+                    .collect::<Vec<bool>>(),
             )
         };
+        // Read once the signals of this wake-up were acted on (run()).
+        self.output.set_ready(&lines);
         if let Some(server) = &mut self.http {
             server.set_ready(&http);
         }
@@ -588,8 +661,13 @@ impl Supervisor {
         let Some(server) = &mut self.http else {
             return;
         };
-        let (readiness, core) = (&self.readiness, &self.core);
-        let current = (readiness.generation(), core.metrics().generation());
+        let (readiness, core, output, names) =
+            (&self.readiness, &self.core, &self.output, &self.names);
+        let current = (
+            readiness.generation(),
+            core.metrics().generation(),
+            output.generation(),
+        );
         if std::mem::replace(&mut self.served, current) != current {
             server.content_changed();
         }
@@ -607,11 +685,15 @@ impl Supervisor {
                     content_type: "application/json",
                     body: readiness.json().unwrap_or_default(),
                 },
-                Page::Metrics => Reply {
-                    code: 200,
-                    content_type: "text/plain; version=0.0.4; charset=utf-8",
-                    body: core.metrics().render(status).into_bytes(),
-                },
+                Page::Metrics => {
+                    let mut body = core.metrics().render(status);
+                    output.render_metrics(names, &mut body);
+                    Reply {
+                        code: 200,
+                        content_type: "text/plain; version=0.0.4; charset=utf-8",
+                        body: body.into_bytes(),
+                    }
+                }
             }
         });
     }

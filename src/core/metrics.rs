@@ -272,13 +272,13 @@ impl Metrics {
     }
 }
 
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+pub(crate) fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}").unwrap();
 }
 
 /// A label value in the text format: backslash, double quote and line feed
 /// escaped.
-fn label(value: &str) -> String {
+pub(crate) fn label(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     for c in value.chars() {
         match c {

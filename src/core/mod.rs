@@ -1342,6 +1342,7 @@ fn service_entry(s: &Service, main: bool) -> status::ServiceEntry {
         last_exit: s.last_exit().map(|e| e.to_string()),
         last_exit_code: s.last_exit().map(ExitStatus::code),
         status: s.status_text(),
+        dropped_lines: 0,
     }
 }
 

@@ -139,4 +139,8 @@ pub struct ServiceEntry {
     /// Its last STATUS= (with notify).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
+    /// Lines of its output (`output = "prefix"`) that tend dropped because
+    /// its own stdout or stderr was not read. Filled in by the shell.
+    #[serde(default)]
+    pub dropped_lines: u64,
 }

@@ -57,8 +57,9 @@ pub struct Spec<'a> {
     pub sockets: Option<Sockets<'a>>,
     /// Set after `env`, overriding it (`NOTIFY_SOCKET`).
     pub extra_env: &'a [(String, String)],
-    /// With [`Output::Inherit`]: stdin is /dev/null (or at end of file)
-    /// instead of tend's (a service other than the main one).
+    /// With [`Output::Inherit`] or [`Output::Lines`]: stdin is /dev/null
+    /// (or at end of file) instead of tend's (a service other than the
+    /// main one).
     pub stdin_null: bool,
     /// Run as this user: its groups, gid and uid are set after fork.
     pub user: Option<&'a crate::users::Account>,
@@ -92,6 +93,9 @@ pub enum Fds {
 pub enum Output {
     /// stdin, stdout and stderr are tend's own, untouched (the service).
     Inherit,
+    /// stdin as with `Inherit`; stdout and stderr go to these pipes, which
+    /// tend reads (a service with `output = "prefix"`).
+    Lines { stdout: OwnedFd, stderr: OwnedFd },
     /// stdin is at end of file; stdout and stderr both go to this pipe (checks).
     Pipe(OwnedFd),
 }
@@ -182,19 +186,29 @@ pub fn spawn(spec: Spec<'_>) -> Result<Pid, SpawnError> {
     if let Some(dir) = spec.working_dir {
         cmd.current_dir(dir);
     }
-    if matches!(spec.output, Output::Inherit) && spec.stdin_null {
-        cmd.stdin(null_input().map_err(other)?);
-    }
-    if let Output::Pipe(fd) = spec.output {
-        let dup = fd.try_clone().map_err(other)?;
-        // An empty pipe rather than Stdio::null(): /dev/null may not exist
-        // in a minimal root, and failing to open it would come back as
-        // ENOENT, which reads as "command not found".
-        let (stdin, _closed_at_once) =
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| other(e.into()))?;
-        cmd.stdin(Stdio::from(stdin))
-            .stdout(Stdio::from(fd))
-            .stderr(Stdio::from(dup));
+    match spec.output {
+        Output::Inherit => {
+            if spec.stdin_null {
+                cmd.stdin(null_input().map_err(other)?);
+            }
+        }
+        Output::Lines { stdout, stderr } => {
+            if spec.stdin_null {
+                cmd.stdin(null_input().map_err(other)?);
+            }
+            cmd.stdout(Stdio::from(stdout)).stderr(Stdio::from(stderr));
+        }
+        Output::Pipe(fd) => {
+            let dup = fd.try_clone().map_err(other)?;
+            // An empty pipe rather than Stdio::null(): /dev/null may not exist
+            // in a minimal root, and failing to open it would come back as
+            // ENOENT, which reads as "command not found".
+            let (stdin, _closed_at_once) =
+                nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| other(e.into()))?;
+            cmd.stdin(Stdio::from(stdin))
+                .stdout(Stdio::from(fd))
+                .stderr(Stdio::from(dup));
+        }
     }
 
     // The child names a failed call here before it gives up: std passes on

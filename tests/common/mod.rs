@@ -175,6 +175,7 @@ impl Sandbox {
             env: Vec::new(),
             pid1: true,
             stdin: None,
+            stdio: None,
             pre_exec: None,
             wrapper: None,
             ignored: Vec::new(),
@@ -211,6 +212,7 @@ pub struct TendBuilder<'a> {
     env: Vec<(String, String)>,
     pid1: bool,
     stdin: Option<Stdio>,
+    stdio: Option<(Stdio, Stdio)>,
     pre_exec: Option<Box<dyn FnMut() -> std::io::Result<()> + Send + Sync>>,
     wrapper: Option<Vec<String>>,
     ignored: Vec<i32>,
@@ -253,6 +255,13 @@ impl TendBuilder<'_> {
 
     pub fn stdin(mut self, stdin: Stdio) -> Self {
         self.stdin = Some(stdin);
+        self
+    }
+
+    /// tend's stdout and stderr, instead of the sandbox's tend.stdout and
+    /// tend.stderr files (which then stay empty).
+    pub fn stdio(mut self, stdout: Stdio, stderr: Stdio) -> Self {
+        self.stdio = Some((stdout, stderr));
         self
     }
 
@@ -316,9 +325,14 @@ impl TendBuilder<'_> {
             .env_remove("TEND_LOG")
             .env_remove("TEND_LOG_FORMAT")
             .envs(self.env)
-            .stdin(self.stdin.unwrap_or(Stdio::null()))
-            .stdout(fs::File::create(&out).unwrap())
-            .stderr(fs::File::create(&err).unwrap());
+            .stdin(self.stdin.unwrap_or(Stdio::null()));
+        let (stdout, stderr) = self.stdio.unwrap_or_else(|| {
+            (
+                fs::File::create(&out).unwrap().into(),
+                fs::File::create(&err).unwrap().into(),
+            )
+        });
+        cmd.stdout(stdout).stderr(stderr);
         if let Some(f) = self.pre_exec {
             // SAFETY: test-only hooks, documented as async-signal-safe by their callers.
             unsafe { cmd.pre_exec(f) };
