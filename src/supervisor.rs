@@ -200,9 +200,17 @@ impl Supervisor {
             .iter()
             .flat_map(|s| s.env_from.iter().cloned())
             .collect();
+        // A published copy is its service's user's, which may not read
+        // what tend (root) can.
+        let owners: Vec<Option<(u32, u32)>> = config
+            .watches
+            .iter()
+            .map(|w| launches[w.service].user.as_ref().map(|a| (a.uid, a.gid)))
+            .collect();
         let watcher = Watcher::new(
             &config.watches,
             &env_from,
+            &owners,
             &cwd,
             &own_files(&config.readiness, &config.watches),
             Instant::now(),

@@ -299,3 +299,38 @@ fn a_user_that_is_not_there_stops_tend_before_anything_starts() {
     );
     assert!(sb.log("app").is_empty());
 }
+
+#[test]
+fn a_published_secret_is_readable_by_the_user_its_service_runs_as() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let sb = Sandbox::new();
+    fs::set_permissions(sb.path(""), fs::Permissions::from_mode(0o777)).unwrap();
+    // A Secret as the kubelet projects it with defaultMode 0400: root's.
+    let vol = sb.path("secret");
+    common::kubelet::project_mode(&vol, &[("token", "s3cret")], 0o400);
+    let published = sb.path("pub");
+    let cfg = sb.config(&format!(
+        "{}[[watch]]\nname = \"token\"\nservice = \"app\"\npaths = [{:?}]\npublish = {:?}\non_change = \"restart\"\n",
+        service(
+            "app",
+            &svc(&sb, "app", &["--config", &published.join("token").display().to_string()]),
+            "user = \"nobody\""
+        ),
+        vol.display().to_string(),
+        published.display().to_string(),
+    ));
+    let mut tend = sb.tend().config(&cfg).start();
+    let start = sb.wait_log("app start", 1, secs(10.0));
+    assert!(
+        start[0].ends_with("config=s3cret"),
+        "{start:?}: nobody reads its copy"
+    );
+    let file = fs::canonicalize(published.join("token")).unwrap();
+    let meta = fs::metadata(&file).unwrap();
+    assert_eq!(
+        (meta.uid(), meta.gid(), meta.mode() & 0o777),
+        (65534, 65534, 0o400)
+    );
+    tend.signal(Signal::SIGTERM);
+    tend.wait(secs(10.0));
+}

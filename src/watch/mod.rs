@@ -80,11 +80,13 @@ impl Watcher {
     /// never covering `own_files` (what tend writes itself); every watch is
     /// scanned at once. A candidate of a `publish` directory that holds
     /// some of the service's `env_from` paths is read as the service's
-    /// start would read them. Without watches nothing is started: no thread, no
-    /// fd, no wake-up.
+    /// start would read them, and a candidate of watch `i` is given to
+    /// `owners[i]` (uid, gid), the user its service runs as. Without
+    /// watches nothing is started: no thread, no fd, no wake-up.
     pub fn new(
         watches: &[config::Watch],
         env_from: &[PathBuf],
+        owners: &[Option<(u32, u32)>],
         cwd: &Path,
         own_files: &[PathBuf],
         now: Instant,
@@ -93,7 +95,7 @@ impl Watcher {
             None
         } else {
             let own = OwnFiles::new(own_files.iter().map(|p| cwd.join(p)).collect());
-            Some(Handle::start(watches, env_from, cwd, own, now)?)
+            Some(Handle::start(watches, env_from, owners, cwd, own, now)?)
         };
         Ok(Watcher {
             thread,

@@ -141,6 +141,7 @@ impl Handle {
     pub fn start(
         watches: &[config::Watch],
         env_from: &[PathBuf],
+        owners: &[Option<(u32, u32)>],
         cwd: &Path,
         own: OwnFiles,
         now: Instant,
@@ -194,6 +195,7 @@ impl Handle {
                 })
                 .collect(),
             publish,
+            owners: owners.to_vec(),
             first: vec![true; watches.len()],
             paths: books.paths().map(<[PathBuf]>::to_vec).collect(),
             books,
@@ -275,6 +277,9 @@ struct Worker {
     /// Per watch, the service's `env_from` paths inside its `publish`
     /// directory, relative to it: what a candidate must hold readable.
     env_from: Vec<Vec<PathBuf>>,
+    /// Per watch, the uid and gid a candidate copy is given: its service's
+    /// user's, when tend (root) runs the service as another user.
+    owners: Vec<Option<(u32, u32)>>,
     /// Watches not snapshotted yet: their first candidate is compared with
     /// what an earlier tend rolled back.
     first: Vec<bool>,
@@ -492,7 +497,20 @@ impl Worker {
         let unusable = match copy_outcome(copied, same) {
             Ok(()) => {
                 let first = std::mem::replace(&mut self.first[id.0], false);
-                match self.env_from_of(id, &dir, &candidate) {
+                let owned = match self.owners.get(id.0).copied().flatten() {
+                    Some((uid, gid)) => give(&candidate, uid, gid).map_err(|e| {
+                        SnapshotError::Failed(format!(
+                            "cannot give the copy {} to the service's user (uid {uid}, gid \
+                             {gid}): {e}",
+                            candidate.display()
+                        ))
+                    }),
+                    None => Ok(()),
+                };
+                match owned.and_then(|()| {
+                    self.env_from_of(id, &dir, &candidate)
+                        .map_err(SnapshotError::Rejected)
+                }) {
                     Ok(()) => {
                         let rejected = first
                             && publish::was_rejected(&dir, &candidate).unwrap_or_else(|e| {
@@ -506,7 +524,7 @@ impl Worker {
                             rejected,
                         });
                     }
-                    Err(e) => SnapshotError::Rejected(e),
+                    Err(e) => e,
                 }
             }
             Err(e) => e,
@@ -706,6 +724,22 @@ fn one_malloc_arena() {
     }
 }
 
+/// Gives `dir` and everything under it to `uid`:`gid`, without following a
+/// symlink: a copy the service reads as its own user, with the modes the
+/// kubelet gave the files.
+fn give(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+    std::os::unix::fs::lchown(dir, Some(uid), Some(gid))?;
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if std::fs::symlink_metadata(&path)?.is_dir() {
+            give(&path, uid, gid)?;
+        } else {
+            std::os::unix::fs::lchown(&path, Some(uid), Some(gid))?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -722,6 +756,7 @@ mod tests {
         Handle::start(
             &cfg.watches,
             &[],
+            &[None],
             Path::new("/"),
             OwnFiles::default(),
             Instant::now(),
