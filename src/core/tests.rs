@@ -2698,4 +2698,5 @@ fn without_watches_there_is_no_reload_to_report() {
 
 mod control;
 mod paths;
+mod reloads;
 mod services;
