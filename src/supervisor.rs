@@ -62,9 +62,9 @@ pub struct Supervisor {
     http: Option<HttpServer>,
     /// `tend signal` and `tend restart`, beside the status file.
     control: Option<ControlSocket>,
-    /// The generations of the status and the metrics the server's pages
-    /// were made from.
-    served: (u64, u64),
+    /// The generations of the status, the metrics and the watcher's counts
+    /// the server's pages were made from.
+    served: (u64, u64, u64),
     /// The signals the signalfd reads, for waiting on them alone.
     handled: nix::sys::signal::SigSet,
     /// Whether anything reads the status: readiness files, or watches
@@ -211,7 +211,7 @@ impl Supervisor {
             notify,
             publishes: publishes || http.is_some(),
             http,
-            served: (0, 0),
+            served: (0, 0, 0),
             handled: signals::handled(),
         })
     }
@@ -613,7 +613,12 @@ impl Supervisor {
             return;
         };
         let (readiness, core) = (&self.readiness, &self.core);
-        let current = (readiness.generation(), core.metrics().generation());
+        let watcher = self.watcher.counts();
+        let current = (
+            readiness.generation(),
+            core.metrics().generation(),
+            watcher.events + watcher.errors,
+        );
         if std::mem::replace(&mut self.served, current) != current {
             server.content_changed();
         }
@@ -634,7 +639,7 @@ impl Supervisor {
                 Page::Metrics => Reply {
                     code: 200,
                     content_type: "text/plain; version=0.0.4; charset=utf-8",
-                    body: core.metrics().render(status).into_bytes(),
+                    body: core.metrics().render(status, &watcher).into_bytes(),
                 },
             }
         });

@@ -193,7 +193,7 @@ pub struct Core {
     names: Vec<String>,
     /// Reloads that ended since the last event: the watch's change applied
     /// (true), or rejected or failed.
-    outcomes: Vec<bool>,
+    outcomes: Vec<(WatchId, bool)>,
     /// The warning for notifications from outside the services' trees.
     ignored_notifications: RateLimit,
     out: Vec<Command>,
@@ -227,7 +227,7 @@ impl Core {
             next_token: 1,
             was_ready: false,
             rng: Rng(settings.seed),
-            metrics: Metrics::new(watches.len()),
+            metrics: Metrics::new(watches),
             outcomes: Vec::new(),
             ignored_notifications: RateLimit::new(IGNORED_WARN_EVERY),
             out: Vec::new(),
@@ -277,6 +277,9 @@ impl Core {
             }
             Event::Notify { chain, message } => self.on_notify(&chain, message, now),
             Event::Done(done) => {
+                if let Done::Published { result, .. } = &done {
+                    self.metrics.applied(result.is_ok());
+                }
                 let (id, input) = match done {
                     Done::Snapshot {
                         watch,
@@ -393,6 +396,14 @@ impl Core {
     fn tell_watch(&mut self, id: WatchId, input: watch::Input, now: Now) -> Vec<Action> {
         let mut out = Vec::new();
         let view = self.view(self.watches[id.0].service);
+        // A config apply operation, without `publish` (with it, each
+        // publication is one).
+        if let watch::Input::ActionEnded { ok } = input
+            && self.watches[id.0].acting()
+            && self.watches[id.0].config().publish.is_none()
+        {
+            self.metrics.applied(ok);
+        }
         self.watches[id.0].handle(
             input,
             &mut watch::Cx {
@@ -450,7 +461,7 @@ impl Core {
                         self.signal_group(pid, Signal::SIGKILL as i32);
                     }
                 }
-                watch::Output::Reloaded(ok) => self.outcomes.push(ok),
+                watch::Output::Reloaded(ok) => self.outcomes.push((id, ok)),
                 watch::Output::Act(action) => actions.push(action),
             }
         }
@@ -917,6 +928,7 @@ impl Core {
             return;
         }
         let HttpAction { method, url, .. } = &call.action;
+        self.metrics.called(url, &result, took);
         let (ok, said) = match &result {
             Ok(a) if a.line.is_empty() => (a.success(), format!("{method} {url}: HTTP {}", a.code)),
             Ok(a) => (
