@@ -414,6 +414,23 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_too_large_to_read_is_an_error_without_waiting_for_the_timeout() {
+        let mut head = b"HTTP/1.1 200 OK\r\nX-Pad: ".to_vec();
+        head.resize(crate::http_client::MAX_ANSWER + 4096, b'a');
+        let head: &'static [u8] = head.leak();
+        let (url, _hold) = server(head, Duration::ZERO);
+        let (result, took) = timed_call(&url, "POST", Duration::from_secs(30));
+        assert_eq!(
+            result.unwrap_err(),
+            format!(
+                "the answer's head is larger than {} bytes",
+                crate::http_client::MAX_ANSWER
+            )
+        );
+        assert!(took < Duration::from_secs(15), "{took:?}");
+    }
+
+    #[test]
     fn a_real_server_is_called_and_its_answer_summarized() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
