@@ -349,6 +349,7 @@ struct ServiceSpans {
 
 #[derive(Debug)]
 struct WatchSpans {
+    name: Option<Range<usize>>,
     paths: Range<usize>,
     check: Option<Range<usize>>,
     exec: Option<Range<usize>>,
@@ -412,6 +413,7 @@ impl Config {
         let mut watches = Vec::with_capacity(raw.watch.len());
         for w in raw.watch {
             spans.watches.push(WatchSpans {
+                name: w.name.as_ref().map(Spanned::span),
                 paths: w.paths.span(),
                 check: w.check.as_ref().map(Spanned::span),
                 exec: w.exec.as_ref().map(Spanned::span),
@@ -422,11 +424,17 @@ impl Config {
             let mut watch = w.into_watch(text)?;
             watch.service = owner_of(&services, main, owner, text, "[[watch]]", &watch.name)?;
             if let Some(prev) = watches.iter().find(|p: &&Watch| p.name == watch.name) {
-                return Err(format!(
-                    "two watches are named {:?}: give each [[watch]] its own `name` ({} and {})",
-                    prev.name,
-                    prev.paths[0].display(),
-                    watch.paths[0].display()
+                // The second one's name, or its first path, which named it.
+                let this = &spans.watches[watches.len()];
+                return Err(at(
+                    text,
+                    this.name.clone().unwrap_or_else(|| this.paths.clone()),
+                    &format!(
+                        "two watches are named {:?}: give each [[watch]] its own `name` ({} and {})",
+                        prev.name,
+                        prev.paths[0].display(),
+                        watch.paths[0].display()
+                    ),
                 ));
             }
             watches.push(watch);
@@ -1329,7 +1337,7 @@ struct RawWatch {
     service: Option<Spanned<String>>,
     optional: Option<bool>,
     check_sockets: Option<bool>,
-    name: Option<String>,
+    name: Option<Spanned<String>>,
     paths: Spanned<Vec<PathBuf>>,
     check: Option<Spanned<Argv>>,
     check_timeout: Option<Spanned<Dur>>,
@@ -1363,9 +1371,10 @@ impl RawWatch {
                 &format!("`paths` holds an empty path ({p:?})"),
             ));
         }
-        let name = self
-            .name
-            .unwrap_or_else(|| paths[0].to_string_lossy().into_owned());
+        let name = self.name.map_or_else(
+            || paths[0].to_string_lossy().into_owned(),
+            Spanned::into_inner,
+        );
         let label = format!("watch {name:?}");
 
         let Some(on_change) = self.on_change else {
@@ -1943,9 +1952,13 @@ fn at(text: &str, span: Range<usize>, message: &str) -> String {
     format!("line {line}, column {column}: {message}")
 }
 
+/// `s` as a TOML basic string (double quotes), escaped as TOML requires:
+/// a JSON string is not always one (TOML takes no raw DEL).
 fn quote(s: &str) -> String {
-    // A JSON string is a valid TOML basic string.
-    serde_json::to_string(s).expect("a string always serializes")
+    use toml_writer::ToTomlValue as _;
+    toml_writer::TomlStringBuilder::new(s)
+        .as_basic()
+        .to_toml_value()
 }
 
 fn quote_list(items: &[String]) -> String {
@@ -2234,6 +2247,21 @@ debounce = "2m"
         let c = Config::parse(text).unwrap();
         let again = Config::parse(&c.describe()).unwrap();
         assert_eq!(c, again);
+    }
+
+    #[test]
+    fn describe_escapes_what_toml_takes_only_escaped() {
+        // DEL and the other control characters are valid in a value but not
+        // raw in a TOML string.
+        let text = r#"
+[service]
+command = ["a\u007fb", "x\u001b\t\n"]
+env = { "K\u007f" = "v\u007f\"\\" }
+"#;
+        let c = Config::parse(text).unwrap();
+        let described = c.describe();
+        assert!(!described.contains('\u{7f}'), "{described}");
+        assert_eq!(Config::parse(&described).unwrap(), c);
     }
 
     #[test]
@@ -2574,7 +2602,11 @@ debounce = "2m"
         let e = err(
             "[[watch]]\npaths = [\"/x\"]\non_change = \"none\"\n[[watch]]\npaths = [\"/x\"]\non_change = \"none\"\n",
         );
-        assert!(e.contains("two watches"), "{e}");
+        assert!(e.contains("two watches") && e.contains("line 5"), "{e}");
+        let e = err(
+            "[[watch]]\nname = \"a\"\npaths = [\"/x\"]\non_change = \"none\"\n\n[[watch]]\npaths = [\"/y\"]\nname = \"a\"\non_change = \"none\"\n",
+        );
+        assert!(e.contains("two watches") && e.contains("line 8"), "{e}");
         let e = err("[[watch]]\npaths = [\"/x\"]\non_change = \"reload\"\n");
         assert!(e.contains("reload") && e.contains("line 3"), "{e}");
     }

@@ -111,6 +111,7 @@ fn split_host_port(authority: &str) -> Option<(&str, u16)> {
 /// Calls `endpoint` and waits for the outcome (at most `timeout`): the
 /// status code and ": first line of the body". The loop never waits like
 /// this: it polls [`Call`]s with everything else (see `http_client`).
+/// Public for the fuzz target that plays the endpoint.
 pub fn call(endpoint: &Endpoint, timeout: Duration) -> Result<(u16, String), String> {
     let mut call = Call::start(endpoint, timeout, Instant::now())?;
     loop {
@@ -233,7 +234,9 @@ pub(crate) fn first_line(body: &[u8], partial: bool) -> Option<&[u8]> {
         if !ended && !partial {
             return None;
         }
-        if !line.trim_ascii().is_empty() {
+        // Blank as the summary sees it: a line of only a vertical tab or a
+        // no-break space has nothing to show.
+        if !String::from_utf8_lossy(line).trim().is_empty() {
             return Some(line.trim_ascii());
         }
     }
@@ -323,6 +326,17 @@ mod tests {
             (200, ": ok".into()),
             "1xx is skipped"
         );
+    }
+
+    #[test]
+    fn a_line_of_unicode_blanks_is_not_the_first_line() {
+        let blank = "HTTP/1.1 200 OK\r\n\r\n\x0b\n\u{a0}\u{2003}\nreloaded\n";
+        assert_eq!(
+            summary(blank.as_bytes()).unwrap(),
+            (200, ": reloaded".into())
+        );
+        let only = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n\x0b\n";
+        assert_eq!(summary(only).unwrap(), (200, String::new()));
     }
 
     /// Answers the first connection to a new listener with `answer`, then

@@ -100,6 +100,9 @@ fn render(s: &Status) -> String {
             if let Some(e) = &svc.last_exit {
                 facts.push(format!("last {e}"));
             }
+            if let Some(status) = &svc.status {
+                facts.push(format!("status {}", text::escape(status)));
+            }
             let role = match (svc.main, svc.required) {
                 (true, _) => " (main)",
                 (false, false) => " (not required)",

@@ -12,13 +12,17 @@
 //! a reader (a probe) never sees half a file. Modes are set explicitly (0644,
 //! directories tend creates 0755), whatever the umask.
 //!
+//! A tend killed while it writes leaves that temporary file: the next start
+//! removes those (regular files by exactly such a name), and nothing else.
+//!
 //! A write that fails (a full or read-only disk) is retried with a back-off
 //! until it succeeds; `deadline` says when, and exists only while a retry is
 //! pending.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::fs::{self, DirBuilder, File, OpenOptions, Permissions};
 use std::io::{self, Write as _};
+use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
@@ -60,7 +64,12 @@ struct Retry {
 }
 
 impl ReadinessFiles {
+    /// At start-up: removes the temporary files an earlier tend, killed
+    /// while it wrote, left beside the files.
     pub fn new(cfg: &config::Readiness) -> ReadinessFiles {
+        for path in cfg.file.iter().chain(&cfg.status_file) {
+            remove_temporaries(path);
+        }
         ReadinessFiles {
             file: cfg.file.clone(),
             status_file: cfg.status_file.clone(),
@@ -286,6 +295,58 @@ pub fn write_atomically(path: &Path, data: &[u8]) -> io::Result<()> {
     result
 }
 
+/// Whether `name` is one of the temporary names [`write_atomically`] gives
+/// a file written to `target` (a file name): `.{target}.{16 hex}.tmp`.
+pub fn is_temporary(target: &OsStr, name: &OsStr) -> bool {
+    let hex = name
+        .as_bytes()
+        .strip_prefix(b".")
+        .and_then(|r| r.strip_prefix(target.as_bytes()))
+        .and_then(|r| r.strip_prefix(b"."))
+        .and_then(|r| r.strip_suffix(b".tmp"));
+    hex.is_some_and(|h| h.len() == 16 && h.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+}
+
+/// Removes the files [`write_atomically`] left beside `path` when it was
+/// cut short (tend was killed): regular files by one of its temporary
+/// names, nothing else. What cannot be removed is logged.
+fn remove_temporaries(path: &Path) {
+    let (Some(target), Some(dir)) = (path.file_name(), path.parent()) else {
+        return;
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        // Not there yet: nothing was left in it.
+        Err(e) if not_there(&e) => return,
+        Err(e) => {
+            tracing::warn!(
+                "cannot read {} to remove what a tend stopped while it wrote {} left there: {e}",
+                dir.display(),
+                path.display()
+            );
+            return;
+        }
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if is_temporary(target, &name) && entry.file_type().is_ok_and(|t| t.is_file()) {
+            match fs::remove_file(entry.path()) {
+                Ok(()) => tracing::info!(
+                    "removed {}, left by a tend stopped while it wrote {}",
+                    entry.path().display(),
+                    path.display()
+                ),
+                Err(e) => tracing::warn!("cannot remove {}: {e}", entry.path().display()),
+            }
+        }
+    }
+}
+
 fn create_new(path: &Path) -> io::Result<File> {
     OpenOptions::new()
         .write(true)
@@ -489,6 +550,47 @@ mod tests {
             "{name}"
         );
         assert_eq!(names(d.path()), ["status.json"], "the temp file is removed");
+    }
+
+    #[test]
+    fn temporary_files_left_by_a_killed_tend_are_removed_at_start_up_and_nothing_else() {
+        let d = tempfile::tempdir().unwrap();
+        let run = d.path().join("run");
+        fs::create_dir(&run).unwrap();
+        let left = [
+            ".ready.0123456789abcdef.tmp",
+            ".status.json.fedcba9876543210.tmp",
+        ];
+        for name in left {
+            fs::write(run.join(name), "{\"sta").unwrap();
+        }
+        let others = [
+            ".other.0123456789abcdef.tmp",
+            ".ready.0123456789ABCDEF.tmp",
+            ".ready.0123.tmp",
+            ".status.json.0123456789abcdef.tmp.x",
+            "status.json.0123456789abcdef.tmp",
+        ];
+        for name in others {
+            fs::write(run.join(name), "theirs").unwrap();
+        }
+        fs::create_dir(run.join(".ready.1111111111111111.tmp")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", run.join(".ready.2222222222222222.tmp")).unwrap();
+        ReadinessFiles::new(&config::Readiness {
+            invalid_config: Default::default(),
+            file: Some(run.join("ready")),
+            status_file: Some(run.join("status.json")),
+        });
+        let mut kept: Vec<&str> = others.to_vec();
+        kept.extend([".ready.1111111111111111.tmp", ".ready.2222222222222222.tmp"]);
+        kept.sort();
+        assert_eq!(names(&run), kept);
+        // A directory that is not there yet holds nothing to remove.
+        ReadinessFiles::new(&config::Readiness {
+            invalid_config: Default::default(),
+            file: Some(d.path().join("no/such/ready")),
+            status_file: None,
+        });
     }
 
     #[test]

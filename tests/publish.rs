@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use common::gate::Gate;
 use common::kubelet::{project, project_mode};
+use common::strace::Strace;
 use common::*;
 use nix::sys::signal::Signal;
 
@@ -204,6 +205,45 @@ fn a_tend_killed_while_a_candidate_is_checked_restarts_on_the_copy_published_bef
         fs::read_to_string(sb.path("pub/app.conf")).unwrap(),
         "good 1"
     );
+}
+
+/// tend killed while it writes the status file (between the temporary file
+/// and its rename) and started again: what it left beside the status file
+/// is removed, and the status is written again.
+#[test]
+fn a_tend_killed_while_it_writes_the_status_file_leaves_nothing_behind_once_started_again() {
+    let sb = Sandbox::new();
+    let vol = sb.path("vol");
+    project(&vol, &[("app.conf", "good 1")]);
+    let cfg = config(&sb, "", "on_change = \"signal\"");
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    // The loop's next rename: the status file saying what the edit did.
+    let trace = Strace::inject(&mut tend, "tend", "rename", "signal=SIGKILL:when=1");
+    project(&vol, &[("app.conf", "bad 2")]);
+    tend.wait(secs(15.0));
+    let temporaries = || -> Vec<String> {
+        entries(&sb.path(""))
+            .into_iter()
+            .filter(|n| n.ends_with(".tmp"))
+            .collect()
+    };
+    let left = temporaries();
+    assert!(
+        left.len() == 1 && left[0].starts_with(".status.json."),
+        "{left:?}\n{}",
+        trace.log()
+    );
+    drop(trace);
+
+    let mut tend = sb.tend().config(&cfg).start();
+    let status = sb.wait_state("invalid_config", secs(10.0));
+    assert_eq!(status["watches"][0]["result"], "invalid", "{status}");
+    assert!(temporaries().is_empty(), "{:?}", temporaries());
+    tend.wait_stderr("left by a tend stopped while it wrote", secs(5.0));
+    // Its signal handlers are in place once it logged its start.
+    sb.wait_log("service start", 2, secs(10.0));
+    tend.signal(Signal::SIGTERM);
+    assert_eq!(tend.wait(secs(10.0)), 0);
 }
 
 /// A symlink in the volume that leads into the publish directory: the copy

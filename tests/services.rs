@@ -126,6 +126,17 @@ fn the_main_service_exiting_stops_the_helpers_and_ends_tend_with_its_status() {
     sb.wait_log("helper sig SIGTERM", 1, secs(1.0));
     let at = order(&sb, &["app exit 3", "helper sig SIGTERM"]);
     assert!(at[0] < at[1]);
+    // With several services, each of their lines names the one it is about.
+    let err = tend.stderr();
+    let said = |what: &str, service: &str| {
+        err.lines()
+            .any(|l| l.contains(what) && l.contains(&format!("service=\"{service}\"")))
+    };
+    assert!(
+        said("service started", "app") && said("service started", "helper"),
+        "{err}"
+    );
+    assert!(said("stopping the service", "helper"), "{err}");
 }
 
 #[test]

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use common::http::{Load, free_port, wait_up};
 use common::kubelet::project;
+use common::strace::Strace;
 use common::*;
 use nix::sys::signal::Signal;
 
@@ -623,4 +624,82 @@ fn without_publish_a_restart_that_never_becomes_ready_is_an_action_failure() {
     assert_eq!(status["watches"][0]["result"], "applied", "{status}");
     tend.signal(Signal::SIGTERM);
     tend.wait(secs(10.0));
+}
+
+/// The names in the `publish` directory that are temporary files.
+fn temporaries(sb: &Sandbox) -> Vec<String> {
+    fs::read_dir(sb.path("pub"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect()
+}
+
+/// A tend killed while it records the config it rolls back (`..rejected`,
+/// written to a temporary file and renamed into place) starts again, as a
+/// container restart would: what it left is its own, and is cleaned up,
+/// not refused as a file tend did not write (a crash loop).
+#[test]
+fn a_tend_killed_while_it_records_a_rejected_config_starts_again_on_the_config_before_it() {
+    let sb = Sandbox::new();
+    let vol = sb.path("vol");
+    project(&vol, &[("app.conf", "good 1")]);
+    let cfg = config(&sb, "verify_timeout = \"1s\"");
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    // The watcher's renames from now: `..previous` and `..data` to
+    // publish the change, then the record of it being rejected.
+    let trace = Strace::inject(&mut tend, "watcher", "rename", "signal=SIGKILL:when=3");
+    project(&vol, &[("app.conf", "good but broken 2")]);
+    tend.wait(secs(15.0));
+    assert!(trace.log().contains("killed by SIGKILL"), "{}", trace.log());
+    let left = temporaries(&sb);
+    assert!(
+        left.len() == 1 && left[0].starts_with("...rejected."),
+        "{left:?}\n{}",
+        trace.log()
+    );
+    drop(trace);
+
+    let before = sb.log("service start").len();
+    let mut tend = restart_tend(&sb, &mut tend, &cfg);
+    let status = sb.wait_state("invalid_config", secs(10.0));
+    assert_eq!(status["watches"][0]["result"], "rolled_back", "{status}");
+    let starts = sb.wait_log("service start", before + 1, secs(10.0));
+    assert!(starts[before].ends_with(" config=good 1"), "{starts:?}");
+    assert!(temporaries(&sb).is_empty(), "{:?}", temporaries(&sb));
+    assert!(tend.is_running());
+    tend.signal(Signal::SIGTERM);
+    assert_eq!(tend.wait(secs(10.0)), 0);
+}
+
+/// The disk is full for a moment while a config that failed verify is
+/// rolled back: the rollback is tried again after a back-off (here 30 s),
+/// but a newer change does not wait for that: the rollback is tried again
+/// at once, then the newer change is applied.
+#[test]
+fn a_rollback_that_failed_on_a_full_disk_is_tried_again_as_soon_as_a_newer_change_comes() {
+    let sb = Sandbox::new();
+    let vol = sb.path("vol");
+    project(&vol, &[("app.conf", "good 1")]);
+    let cfg = config(&sb, "verify_timeout = \"1s\"\nrecheck = \"30s\"");
+    let mut tend = sb.tend().config(&cfg).start_ready();
+    // The watcher's symlinks from now: `..previous` and `..data` to
+    // publish the change, then `..data` to put the previous one back.
+    let trace = Strace::inject(&mut tend, "watcher", "symlink", "error=ENOSPC:when=3");
+    project(&vol, &[("app.conf", "good but broken 2")]);
+    let log = tend.wait_stderr("cannot put the previous config back", secs(10.0));
+    assert!(log.contains("No space left on device"), "{log}");
+    drop(trace);
+
+    project(&vol, &[("app.conf", "good 3")]);
+    let status = sb.wait_state("ready", secs(10.0));
+    assert_eq!(status["watches"][0]["result"], "applied", "{status}");
+    assert_eq!(
+        sb.seen_on("SIGHUP"),
+        ["good but broken 2", "good 1", "good 3"],
+        "put back, then the newer change"
+    );
+    assert!(temporaries(&sb).is_empty(), "{:?}", temporaries(&sb));
+    tend.signal(Signal::SIGTERM);
+    assert_eq!(tend.wait(secs(10.0)), 0);
 }

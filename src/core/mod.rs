@@ -473,6 +473,7 @@ impl Core {
         let mut out = Vec::new();
         let gate = self.gate(id);
         let stopping = !matches!(self.phase, Phase::Running);
+        let tag = (self.services.len() > 1).then(|| self.services[id.0].cfg.name.clone());
         self.services[id.0].handle(
             input,
             &mut service::Cx {
@@ -480,6 +481,7 @@ impl Core {
                 stopping,
                 gate: gate.as_ref().map(|(w, r)| (w.as_str(), *r)),
                 names: &self.names,
+                tag: tag.as_deref(),
                 out: &mut out,
             },
         );
@@ -539,6 +541,11 @@ impl Core {
         }
     }
 
+    /// Service `id`'s name for its log lines, when there are several.
+    fn tag(&self, id: ServiceId) -> Option<&str> {
+        (self.services.len() > 1).then(|| self.services[id.0].cfg.name.as_str())
+    }
+
     /// The first watch of service `id` that keeps it from starting, and why.
     fn gate(&self, id: ServiceId) -> Option<(String, WatchResult)> {
         self.watches
@@ -558,6 +565,7 @@ impl Core {
                 _ => "is not checked yet",
             };
             tracing::warn!(
+                service = self.tag(id),
                 watch,
                 "the service stays down: the config of watch {watch:?} {why}; it starts as soon as a config passes"
             );
@@ -1207,11 +1215,16 @@ impl Core {
             // A fresh process reads every config: nothing else to do.
             if self.services[id.0].cfg.overlap {
                 tracing::info!(
+                    service = self.tag(id),
                     watch = names,
                     "restarting the service on the new config: the new instance starts next to the old one"
                 );
             } else {
-                tracing::info!(watch = names, "restarting the service on the new config");
+                tracing::info!(
+                    service = self.tag(id),
+                    watch = names,
+                    "restarting the service on the new config"
+                );
             }
             self.tell_service(id, service::Input::Restart, now);
             return;
@@ -1431,6 +1444,7 @@ fn service_entry(s: &Service, main: bool) -> status::ServiceEntry {
         required: s.cfg.required || main,
         last_exit: s.last_exit().map(|e| e.to_string()),
         last_exit_code: s.last_exit().map(ExitStatus::code),
+        status: s.status_text(),
     }
 }
 

@@ -294,6 +294,8 @@ pub struct Cx<'a> {
     pub gate: Option<(&'a str, WatchResult)>,
     /// Every watch's name, by id (for the log).
     pub names: &'a [String],
+    /// Its name, for its log lines when there are several services.
+    pub tag: Option<&'a str>,
     pub out: &'a mut Vec<Output>,
 }
 
@@ -418,7 +420,8 @@ impl Service {
                     self.restarts += 1;
                 }
                 self.started_once = true;
-                tracing::info!(pid = pid.as_raw(), command = ?self.cfg.argv, "service started");
+                tracing::info!(service = cx.tag,
+pid = pid.as_raw(), command = ?self.cfg.argv, "service started");
                 let gated = self.cfg.gated();
                 let new = Instance {
                     pid,
@@ -453,11 +456,15 @@ impl Service {
                 }
             }
             Err(e) if overlap => {
-                tracing::error!("{}: the old instance keeps serving", e.message);
+                tracing::error!(
+                    service = cx.tag,
+                    "{}: the old instance keeps serving",
+                    e.message
+                );
                 self.restarted(false, cx);
             }
             Err(e) => {
-                tracing::error!("{}", e.message);
+                tracing::error!(service = cx.tag, "{}", e.message);
                 let status = ExitStatus::Code(e.exit_code);
                 if !std::mem::replace(&mut self.started_once, true) {
                     // Nothing ran yet: it ends with the shell's status,
@@ -492,7 +499,11 @@ impl Service {
     fn on_exit(&mut self, pid: Pid, status: ExitStatus, cx: &mut Cx<'_>) {
         if let Some(at) = self.retiring.iter().position(|r| r.pid == pid) {
             self.retiring.swap_remove(at);
-            tracing::info!(pid = pid.as_raw(), "previous instance stopped: {status}");
+            tracing::info!(
+                service = cx.tag,
+                pid = pid.as_raw(),
+                "previous instance stopped: {status}"
+            );
             return;
         }
         let now = cx.now;
@@ -500,13 +511,21 @@ impl Service {
         match std::mem::replace(&mut self.state, State::Down) {
             State::Stopping { inst, then, .. } if inst.pid == pid => match then {
                 Then::Restart => {
-                    tracing::info!(pid = pid.as_raw(), "service stopped: {status}");
+                    tracing::info!(
+                        service = cx.tag,
+                        pid = pid.as_raw(),
+                        "service stopped: {status}"
+                    );
                     self.restarted(true, cx);
                     self.state = State::Down;
                     cx.out.push(Output::Down);
                 }
                 Then::End => {
-                    tracing::info!(pid = pid.as_raw(), "service stopped: {status}");
+                    tracing::info!(
+                        service = cx.tag,
+                        pid = pid.as_raw(),
+                        "service stopped: {status}"
+                    );
                     self.state = State::Ended(status);
                 }
                 Then::NotReady => {
@@ -545,6 +564,7 @@ impl Service {
             }
             State::Overlapping { old, new } if new.pid == pid => {
                 tracing::warn!(
+                    service = cx.tag,
                     pid = pid.as_raw(),
                     "the new instance exited before it was ready ({status}): the old one keeps serving"
                 );
@@ -553,6 +573,7 @@ impl Service {
             }
             State::Overlapping { old, new } if old.pid == pid => {
                 tracing::warn!(
+                    service = cx.tag,
                     pid = old.pid.as_raw(),
                     "the old instance exited during the restart ({status}): the new one takes over"
                 );
@@ -586,7 +607,7 @@ impl Service {
             Restart::Always => true,
         };
         if !again || cx.stopping {
-            tracing::info!(pid, "{what}");
+            tracing::info!(service = cx.tag, pid, "{what}");
             self.end(status, cx);
             return;
         }
@@ -602,6 +623,7 @@ impl Service {
             None => String::new(),
         };
         tracing::warn!(
+            service = cx.tag,
             pid,
             "{what}; restarting in {delay:?} (restart = {}){gate}",
             self.cfg.restart.as_str()
@@ -629,19 +651,29 @@ impl Service {
         };
         inst.heard = true;
         if let Some(text) = message.status {
-            tracing::debug!(pid = pid.as_raw(), status = text, "service status");
+            tracing::debug!(
+                service = cx.tag,
+                pid = pid.as_raw(),
+                status = text,
+                "service status"
+            );
             inst.status = Some(text);
         }
         if message.reloading {
             match &mut inst.reload {
                 Some(r) => {
-                    tracing::debug!(pid = pid.as_raw(), "the service is reloading (RELOADING=1)");
+                    tracing::debug!(
+                        service = cx.tag,
+                        pid = pid.as_raw(),
+                        "the service is reloading (RELOADING=1)"
+                    );
                     r.seen_reloading = true;
                 }
                 // Type=notify: a reload the service announces takes it out
                 // of readiness until its READY=1.
                 None if inst.readiness == Readiness::Ready && !message.ready => {
                     tracing::info!(
+                        service = cx.tag,
                         pid = pid.as_raw(),
                         "the service is reloading (RELOADING=1): not ready until it sends READY=1"
                     );
@@ -654,6 +686,7 @@ impl Service {
         }
         if message.stopping {
             tracing::info!(
+                service = cx.tag,
                 pid = pid.as_raw(),
                 "the service says it is stopping (STOPPING=1)"
             );
@@ -680,6 +713,7 @@ impl Service {
             let r = i.reload.take().expect("checked above");
             i.probe = Probe::Off;
             tracing::info!(
+                service = cx.tag,
                 watch = cx.names(&r.watches),
                 pid = pid.as_raw(),
                 "the service confirmed the reload: config applied"
@@ -693,11 +727,12 @@ impl Service {
             State::Running(i) if i.pid == pid && i.readiness != Readiness::Ready => {
                 if matches!(i.readiness, Readiness::Reloading { .. }) {
                     tracing::info!(
+                        service = cx.tag,
                         pid = pid.as_raw(),
                         "the service finished its reload (READY=1)"
                     );
                 } else {
-                    tracing::info!(pid = pid.as_raw(), "the service is ready");
+                    tracing::info!(service = cx.tag, pid = pid.as_raw(), "the service is ready");
                 }
                 i.readiness = Readiness::Ready;
                 i.probe = Probe::Off;
@@ -709,6 +744,7 @@ impl Service {
                     unreachable!("matched above")
                 };
                 tracing::info!(
+                    service = cx.tag,
                     pid = pid.as_raw(),
                     old = old.pid.as_raw(),
                     "the new instance is ready: stopping the old one"
@@ -795,12 +831,14 @@ impl Service {
             });
             if confirm {
                 tracing::info!(
+                    service = cx.tag,
                     watch = cx.names(&watches),
                     pid = inst.pid.as_raw(),
                     "sent {sig} to the service: waiting for it to confirm the reload"
                 );
             } else {
                 tracing::info!(
+                    service = cx.tag,
                     watch = cx.names(&watches),
                     pid = inst.pid.as_raw(),
                     "sent {sig} to the service: config applied"
@@ -831,6 +869,7 @@ impl Service {
     fn send_stop(&self, pid: Pid, cx: &mut Cx<'_>) -> Kill {
         let sig = self.cfg.stop_signal;
         tracing::info!(
+            service = cx.tag,
             pid = pid.as_raw(),
             "stopping the service: {sig}, then SIGKILL after {:?}",
             self.cfg.stop_timeout
@@ -915,6 +954,7 @@ impl Service {
                     let r = inst.reload.take().expect("checked above");
                     inst.probe = Probe::Off;
                     tracing::warn!(
+                        service = cx.tag,
                         watch = cx.names(&r.watches),
                         pid = inst.pid.as_raw(),
                         "the service did not confirm the reload within {ready_timeout:?} ({}): the action failed",
@@ -940,6 +980,7 @@ impl Service {
                 };
                 if let Some(what) = overdue {
                     tracing::error!(
+                        service = cx.tag,
                         pid = inst.pid.as_raw(),
                         "{what} {ready_timeout:?}{}: stopping it",
                         last_heard(inst, self.cfg.notify)
@@ -965,6 +1006,7 @@ impl Service {
                     unreachable!("matched above")
                 };
                 tracing::error!(
+                    service = cx.tag,
                     pid = new.pid.as_raw(),
                     "the new instance did not become ready within {ready_timeout:?}{}: it is stopped and the old one keeps serving",
                     last_heard(&new, self.cfg.notify)
@@ -997,6 +1039,7 @@ impl Service {
     /// SIGKILL for a process that outlived its stop_timeout.
     fn kill_overdue(&self, pid: Pid, cx: &mut Cx<'_>) {
         tracing::warn!(
+            service = cx.tag,
             pid = pid.as_raw(),
             "the service is still running {:?} after {}: sending SIGKILL",
             self.cfg.stop_timeout,

@@ -136,4 +136,7 @@ pub struct ServiceEntry {
     pub last_exit: Option<String>,
     /// The same as tend would exit with: the code, or 128 + the signal.
     pub last_exit_code: Option<i32>,
+    /// Its last STATUS= (with notify).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
 }

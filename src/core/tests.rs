@@ -2701,6 +2701,448 @@ fn without_watches_there_is_no_reload_to_report() {
     assert!(page.contains("\ntend_ready "), "{page}");
 }
 
+// ---------------------------------------------------------------- changes, faults and crashes in any order
+
+fn rollback_failed(f: &mut Fake, n: u8) -> Vec<Command> {
+    f.send(Event::Done(Done::RolledBack {
+        watch: WatchId(0),
+        fingerprint: test_fingerprint(n),
+        result: Err("cannot create /pub/..data_tmp: No space left on device".into()),
+    }))
+}
+
+#[test]
+fn newer_content_has_a_failed_rollback_tried_again_at_once_not_after_its_back_off() {
+    let toml = verified_toml("", "on_change = \"signal\"", "recheck = \"30s\"");
+    let mut f = Fake::verified_with(&toml);
+    let svc = f.service();
+    f.apply_verified(2);
+    let (_, c) = f.fail_verify_until_its_time_is_up("HTTP 502");
+    assert_eq!(rollback_asked(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    rollback_failed(&mut f, 2);
+    let failed_at = f.elapsed;
+    assert_eq!(
+        f.core.deadline(),
+        Some(f.t0 + failed_at + Duration::from_secs(30)),
+        "the back-off of a failed publication"
+    );
+    // The disk has room again, and a newer change comes: it waits for the
+    // previous config, which is tried again now.
+    f.after(2.0);
+    let c = f.content(0, 3);
+    assert_eq!(rollback_asked(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    let c = f.rolled_back(2);
+    assert_eq!(signalled(&c, svc), [Signal::SIGHUP as i32]);
+    assert_eq!(snapshot_asked(&c), Some(test_fingerprint(3)));
+}
+
+#[test]
+fn a_change_that_arrives_while_the_first_config_is_published_is_checked_before_the_service_starts()
+{
+    for newer in [OK, FAIL] {
+        let mut f = Fake::new(PUBLISHED);
+        f.tick();
+        let c = f.candidate(1, "/pub/..g1", OK);
+        assert!(published(&c).is_some());
+        f.content(0, 2);
+        let c = f.publication(1, Ok(()));
+        assert!(f.services().is_empty(), "2 is newer and not checked yet");
+        assert_eq!(snapshot_asked(&c), Some(test_fingerprint(2)));
+        f.snapshot(2, Ok("/pub/..g2"));
+        let c = f.exit(f.job("check"), newer);
+        if newer == OK {
+            assert!(published(&c).is_some());
+            assert!(f.services().is_empty(), "not before 2 is published");
+            f.publication(2, Ok(()));
+            assert_eq!(f.result(0), WatchResult::Applied);
+        } else {
+            assert_eq!(f.result(0), WatchResult::Invalid);
+        }
+        assert_eq!(f.services().len(), 1, "started on what is published");
+    }
+}
+
+#[test]
+fn a_restart_for_content_that_newer_content_replaced_still_starts_the_service_and_verifies_it() {
+    let toml = verified_toml("restart = \"always\"", "on_change = \"restart\"", "");
+    let mut f = Fake::verified_with(&toml);
+    let first = f.service();
+    f.candidate(2, "/pub/..g2", OK);
+    f.content(0, 3);
+    let c = f.published_over(2, Ok(()), Some("/pub/..g1"));
+    assert_eq!(signalled(&c, first)[0], TERM, "restarted for 2");
+    f.exit(first, ExitStatus::Signal(TERM));
+    assert_eq!(f.services().len(), 2, "started again, on 2");
+    assert_eq!(f.jobs("verify"), 1, "2 is verified before 3 is checked");
+    let c = f.exit(f.job("verify"), OK);
+    assert_eq!(discarded(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    assert_eq!(snapshot_asked(&c), Some(test_fingerprint(3)));
+}
+
+#[test]
+fn a_service_that_crashed_on_a_change_starts_again_on_the_config_put_back_while_newer_content_waits()
+ {
+    let toml = verified_toml("restart = \"always\"", "on_change = \"signal\"", "");
+    let mut f = Fake::verified_with(&toml);
+    let svc = f.service();
+    f.apply_verified(2);
+    let c = f.exit(svc, FAIL);
+    assert_eq!(rollback_asked(&c).as_deref(), Some(Path::new("/pub/..g1")));
+    f.rolled_back(2);
+    // Newer content comes while the restart backs off.
+    f.content(0, 3);
+    let c = f.at_deadline();
+    assert_eq!(
+        f.services().len(),
+        2,
+        "started again, on the config put back"
+    );
+    assert_eq!(snapshot_asked(&c), Some(test_fingerprint(3)), "then 3");
+}
+
+#[test]
+fn newer_content_after_a_failed_rollback_action_is_applied_and_verified_as_any_change() {
+    let mut f = Fake::verified_over_1(&exec_verified_toml());
+    f.exit(f.job("reload"), OK);
+    f.fail_verify_until_its_time_is_up("HTTP 502");
+    f.rolled_back(2);
+    f.content(0, 3);
+    // The rollback's action fails; 3 is newer.
+    let c = f.exit(f.job("reload"), FAIL);
+    assert_eq!(snapshot_asked(&c), Some(test_fingerprint(3)));
+    f.snapshot(3, Ok("/pub/..g3"));
+    let c = f.exit(f.job("check"), OK);
+    assert!(published(&c).is_some());
+    f.published_over(3, Ok(()), Some("/pub/..g1"));
+    f.exit(f.job("reload"), OK);
+    assert_eq!(f.result(0), WatchResult::Verifying, "3 is no rollback");
+    f.exit(f.job("verify"), OK);
+    assert_eq!(f.result(0), WatchResult::Applied);
+    assert_eq!(f.state(), (State::Ready, true));
+}
+
+const FULL: &str = "No space left on device";
+
+/// What a content does to the pipeline.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Good,
+    /// Fails its check.
+    Bad,
+    /// Passes its check, fails verify.
+    Broken,
+}
+
+/// tend's surroundings: answers every command as the watcher thread and
+/// the processes would, in an order a seed chooses, with a full disk that
+/// fails one `publish` directory request in three while `faults` is on,
+/// and (with `restart = "always"`) a service that crashes now and then.
+struct World {
+    f: Fake,
+    rng: u64,
+    /// The kind of content `n`.
+    kinds: Vec<Kind>,
+    /// Candidate generations and the content each holds.
+    candidates: Vec<(PathBuf, u8)>,
+    published: Option<PathBuf>,
+    /// The watcher thread's answers, in order.
+    answers: std::collections::VecDeque<Event>,
+    /// Processes running: pid and argv.
+    running: Vec<(Pid, Vec<String>)>,
+    /// Processes signalled to end, to be reaped.
+    ending: Vec<(Pid, i32)>,
+    /// Spawns answered so far.
+    spawns: usize,
+    crashes: bool,
+    faults: bool,
+    log: Vec<String>,
+}
+
+impl World {
+    fn new(toml: &str, seed: u64) -> World {
+        let mut w = World {
+            f: Fake::new(toml),
+            rng: seed,
+            kinds: vec![Kind::Good, Kind::Good],
+            candidates: Vec::new(),
+            published: None,
+            answers: Default::default(),
+            running: Vec::new(),
+            ending: Vec::new(),
+            spawns: 0,
+            crashes: toml.contains("restart = \"always\""),
+            faults: true,
+            log: Vec::new(),
+        };
+        let c = w.f.tick();
+        w.take(c);
+        let c = w.f.content(0, 1);
+        w.take(c);
+        w
+    }
+
+    /// splitmix64.
+    fn random(&mut self, below: u64) -> u64 {
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) % below
+    }
+
+    fn fails(&mut self) -> bool {
+        self.faults && self.random(3) == 0
+    }
+
+    fn content_of(&self, dir: &Path) -> u8 {
+        self.candidates
+            .iter()
+            .find(|(d, _)| d == dir)
+            .map(|(_, n)| *n)
+            .expect("a candidate of the world")
+    }
+
+    fn answer(&mut self, done: Done) {
+        self.answers.push_back(Event::Done(done));
+    }
+
+    /// Takes the commands the core gave.
+    fn take(&mut self, commands: Vec<Command>) {
+        for c in commands {
+            self.log.push(format!("{:?} -> {c:?}", self.f.elapsed));
+            match c {
+                Command::Snapshot { watch, fingerprint } => {
+                    let result = if self.fails() {
+                        Err(SnapshotError::Failed(FULL.into()))
+                    } else {
+                        let dir = PathBuf::from(format!("/pub/..g{}", self.candidates.len()));
+                        let n = (0..self.kinds.len() as u8)
+                            .find(|n| test_fingerprint(*n) == fingerprint)
+                            .expect("content of the world");
+                        self.candidates.push((dir.clone(), n));
+                        Ok(Candidate {
+                            dir,
+                            rejected: false,
+                        })
+                    };
+                    self.answer(Done::Snapshot {
+                        watch,
+                        fingerprint,
+                        result,
+                    });
+                }
+                Command::Publish {
+                    watch,
+                    fingerprint,
+                    candidate,
+                    keep,
+                } => {
+                    let result = if self.fails() {
+                        Err(FULL.to_string())
+                    } else {
+                        let previous = match keep {
+                            Keep::Nothing => None,
+                            Keep::Published => self.published.clone(),
+                            Keep::Generation(g) => Some(g),
+                        }
+                        .filter(|p| *p != candidate);
+                        self.published = Some(candidate);
+                        Ok(previous)
+                    };
+                    self.answer(Done::Published {
+                        watch,
+                        fingerprint,
+                        result,
+                    });
+                }
+                Command::Rollback {
+                    watch,
+                    fingerprint,
+                    generation,
+                } => {
+                    let result = if self.fails() {
+                        Err(FULL.to_string())
+                    } else {
+                        self.published = Some(generation);
+                        Ok(())
+                    };
+                    self.answer(Done::RolledBack {
+                        watch,
+                        fingerprint,
+                        result,
+                    });
+                }
+                Command::Withdraw {
+                    watch,
+                    fingerprint,
+                    kept,
+                } => {
+                    let result = if self.fails() {
+                        Err(FULL.to_string())
+                    } else {
+                        self.published = Some(kept);
+                        Ok(())
+                    };
+                    self.answer(Done::Withdrawn {
+                        watch,
+                        fingerprint,
+                        result,
+                    });
+                }
+                Command::Spawn { .. } => {
+                    let (pid, argv, _) = self.f.spawned[self.spawns].clone();
+                    self.spawns += 1;
+                    self.running.push((pid, argv));
+                }
+                Command::Signal { pid, signo, .. } if signo == KILL || signo == TERM => {
+                    if let Some(i) = self.running.iter().position(|(p, _)| *p == pid) {
+                        self.running.remove(i);
+                        self.ending.push((pid, signo));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn exit(&mut self, pid: Pid, status: ExitStatus) {
+        self.log
+            .push(format!("{:?} {pid} exits: {status}", self.f.elapsed));
+        let c = self.f.exit(pid, status);
+        self.take(c);
+    }
+
+    /// Ends the job at `i` of `running` as its content says.
+    fn end_job(&mut self, i: usize) {
+        let (pid, argv) = self.running.remove(i);
+        let passes =
+            |w: &World, dir: &Path, fails: Kind| w.kinds[w.content_of(dir) as usize] != fails;
+        let ok = match argv[0].as_str() {
+            "check" => passes(self, Path::new(&argv[1]).parent().unwrap(), Kind::Bad),
+            "verify" => self
+                .published
+                .clone()
+                .is_some_and(|p| passes(self, &p, Kind::Broken)),
+            _ => true,
+        };
+        self.exit(pid, if ok { OK } else { FAIL });
+    }
+
+    /// One thing happens: the thread answers, a process ends, or time
+    /// passes to the core's next deadline. False when nothing is left to
+    /// happen.
+    fn step(&mut self) -> bool {
+        if !self.ending.is_empty() && self.random(2) == 0 {
+            let (pid, signo) = self.ending.remove(0);
+            self.exit(pid, ExitStatus::Signal(signo));
+            return true;
+        }
+        if self.crashes && self.faults && self.random(20) == 0 {
+            if let Some(i) = self.running.iter().position(|(_, a)| a[0] == SVC) {
+                let (pid, _) = self.running.remove(i);
+                self.exit(pid, FAIL);
+                return true;
+            }
+        }
+        // Services run until they are stopped; jobs end, mostly before
+        // their timeouts.
+        let jobs: Vec<usize> = (0..self.running.len())
+            .filter(|i| self.running[*i].1[0] != SVC)
+            .collect();
+        let answers = self.answers.len().min(1) as u64;
+        let choices = answers + jobs.len() as u64;
+        let late = choices == 0 || (self.faults && self.random(8) == 0);
+        let deadline = self.f.core.deadline().is_some() && late;
+        if choices == 0 && !deadline {
+            let Some((pid, signo)) = self.ending.pop() else {
+                return false;
+            };
+            self.exit(pid, ExitStatus::Signal(signo));
+            return true;
+        }
+        let pick = self.random(choices + deadline as u64);
+        if pick < answers {
+            let e = self.answers.pop_front().unwrap();
+            self.log.push(format!("{:?} <- {e:?}", self.f.elapsed));
+            let c = self.f.send(e);
+            self.take(c);
+        } else if pick < choices {
+            self.end_job(jobs[(pick - answers) as usize]);
+        } else {
+            let c = self.f.at_deadline();
+            self.take(c);
+        }
+        true
+    }
+
+    fn content(&mut self, n: u8) {
+        self.log.push(format!(
+            "{:?} content {n} {:?}",
+            self.f.elapsed, self.kinds[n as usize]
+        ));
+        let c = self.f.content(0, n);
+        self.take(c);
+    }
+
+    fn change(&mut self, kind: Kind) -> u8 {
+        self.kinds.push(kind);
+        let n = self.kinds.len() as u8 - 1;
+        self.content(n);
+        n
+    }
+}
+
+/// Changes of every kind (and back to earlier content) arrive at any
+/// moment, the `publish` directory fails now and then, the service crashes:
+/// once the faults stop, a good change is applied, verified and ready, for
+/// every order of events a seed makes (TEND_CORE_SEEDS runs more).
+#[test]
+fn no_order_of_changes_faults_and_crashes_leaves_a_watch_unable_to_take_the_next_change() {
+    let seeds: u64 = std::env::var("TEND_CORE_SEEDS").map_or(1000, |s| s.parse().unwrap());
+    for toml in [
+        VERIFIED.to_string(),
+        exec_verified_toml(),
+        verified_toml("restart = \"always\"", "on_change = \"restart\"", ""),
+        verified_toml("restart = \"always\"", "on_change = \"signal\"", ""),
+        verified_toml("", "on_change = \"signal\"", "splay = \"3s\""),
+    ] {
+        for seed in 0..seeds {
+            let mut w = World::new(&toml, seed);
+            for _ in 0..(5 + w.random(30)) {
+                match w.random(5) {
+                    0 => {
+                        let kind = [Kind::Good, Kind::Bad, Kind::Broken][w.random(3) as usize];
+                        w.change(kind);
+                    }
+                    1 => {
+                        let n = 1 + w.random(w.kinds.len() as u64 - 1) as u8;
+                        w.content(n);
+                    }
+                    _ => {
+                        w.step();
+                    }
+                }
+            }
+            w.faults = false;
+            let last = w.change(Kind::Good);
+            let mut steps = 0;
+            while w.step() {
+                steps += 1;
+                assert!(steps < 500, "seed {seed}: no end\n{}", w.log.join("\n"));
+            }
+            let published = w.published.clone().map(|p| w.content_of(&p));
+            assert!(
+                w.f.result(0) == WatchResult::Applied
+                    && published == Some(last)
+                    && w.f.state() == (State::Ready, true),
+                "{toml}\nseed {seed}: {:?}, {:?}, published {published:?}, not {last}\n{}",
+                w.f.result(0),
+                w.f.state(),
+                w.log.join("\n")
+            );
+        }
+    }
+}
 mod control;
 mod paths;
 mod reloads;

@@ -434,14 +434,18 @@ impl Watch {
         self.result = WatchResult::Pending;
         // New content is a new config: its rechecks start from the first delay.
         self.recheck_delay = self.cfg.recheck;
+        let now = cx.now.mono;
         match &mut self.state {
             // Picked up when the running check or action finishes.
             State::Checking { .. }
             | State::Publishing { .. }
             | State::Acting { .. }
             | State::Verifying { .. }
-            | State::RollingBack { .. }
-            | State::RollbackAt { .. } => {}
+            | State::RollingBack { .. } => {}
+            // Also, but the previous config must come back first: a
+            // rollback that failed (a full disk) is tried again at once,
+            // not after its back-off.
+            State::RollbackAt { at, .. } => *at = (*at).min(now),
             // The service goes back to the previous generation first.
             State::Valid { reapply: true, .. } | State::RetryAt { reapply: true, .. } => {}
             // The newer content wins over a change still waiting; a
@@ -880,10 +884,15 @@ impl Watch {
                 self.published = Some(Published::Now(fp));
                 self.passed = Some(fp);
                 self.recheck_delay = self.cfg.recheck;
-                // The service is told even if newer content arrived
-                // meanwhile: the copy it reads changed. The newer content is
-                // checked after.
-                self.state = State::Valid { fp, reapply: false };
+                // A running service is told even if newer content arrived
+                // meanwhile: the copy it reads changed, and the newer
+                // content is checked after. A service that is down starts
+                // on the newest content, which is checked first.
+                self.state = if cx.service.runs || self.seen == Some(fp) {
+                    State::Valid { fp, reapply: false }
+                } else {
+                    State::NeedsCheck
+                };
                 tracing::info!(
                     watch = name,
                     fingerprint = fp.short(),
@@ -1365,10 +1374,19 @@ impl Watch {
         }
         // The published copy is what the service reads; but while the
         // newest content is still being decided it may become the copy.
+        // Content being verified, or the generation put back after a
+        // rollback, is the copy: a service down meanwhile starts on it.
         let decided = passed
             || matches!(
                 self.result,
                 WatchResult::Invalid | WatchResult::ActionFailed | WatchResult::RolledBack
+            )
+            || matches!(
+                self.state,
+                State::Verifying { .. }
+                    | State::Valid { reapply: true, .. }
+                    | State::Acting { reapply: true, .. }
+                    | State::RetryAt { reapply: true, .. }
             );
         self.published.is_some() && decided
     }

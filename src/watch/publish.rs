@@ -52,7 +52,8 @@ const PREVIOUS: &str = "..previous";
 const REJECTED: &str = "..rejected";
 
 /// Makes `dir` ready for publishing, at start-up: creates it, removes what
-/// an earlier tend left half done (candidates, temporary links), and returns
+/// an earlier tend left half done (candidates, temporary links, a record of
+/// rejected content being written), and returns
 /// the generation an earlier tend published, if there is one (an emptyDir
 /// outlives the container). With `verify`, a change whose verify was cut
 /// short is rolled back and counts as rejected; without it, what recorded
@@ -117,13 +118,18 @@ pub fn prepare(dir: &Path, verify: bool) -> io::Result<Option<Restored>> {
 fn is_ours(path: &Path, name: &OsStr, kind: fs::FileType) -> bool {
     if name == DATA || name == DATA_TMP || name == LINK_TMP || name == PREVIOUS {
         kind.is_symlink()
-    } else if name == REJECTED {
+    } else if name == REJECTED || is_rejected_temporary(name) {
         kind.is_file()
     } else if is_generation_name(name) {
         kind.is_dir()
     } else {
         kind.is_symlink() && is_key_link(path, name)
     }
+}
+
+/// `..rejected` being written: a tend killed then leaves it.
+fn is_rejected_temporary(name: &OsStr) -> bool {
+    crate::status::is_temporary(OsStr::new(REJECTED), name)
 }
 
 /// [`prepare`] for the `publish` directory of each of `watches` (relative
@@ -401,9 +407,11 @@ fn tidy(dir: &Path, generation: &Path, keep: Option<&OsStr>) -> io::Result<()> {
         // `..previous` names a generation only while one is kept.
         let stale_link =
             name == DATA_TMP || name == LINK_TMP || (name == PREVIOUS && keep.is_none());
+        let stale_file =
+            is_rejected_temporary(&name) && entry.file_type().is_ok_and(|t| t.is_file());
         let removed = if stale_link {
             remove_link(&entry.path())
-        } else if stale_generation || dropped_key {
+        } else if stale_generation || dropped_key || stale_file {
             remove(&entry.path())
         } else {
             Ok(())
@@ -785,6 +793,29 @@ mod tests {
     }
 
     #[test]
+    fn a_record_of_rejected_content_cut_short_is_removed_at_start_up() {
+        for verify in [true, false] {
+            let d = tempfile::tempdir().unwrap();
+            let dir = d.path().to_path_buf();
+            let (g1, g2) = verified_over(&dir);
+            // Killed while it recorded 2 as rejected, before the rename.
+            let left = dir.join("...rejected.0123456789abcdef.tmp");
+            fs::write(&left, "0123").unwrap();
+            let restored = prepare(&dir, verify).unwrap().unwrap();
+            assert!(!left.exists(), "verify = {verify}");
+            let back = if verify { &g1 } else { &g2 };
+            assert_eq!(restored.generation, name_of(back).to_string_lossy());
+            // Nothing is left that a later start refuses.
+            prepare(&dir, verify).unwrap().unwrap();
+        }
+        // And with nothing published.
+        let d = tempfile::tempdir().unwrap();
+        fs::write(d.path().join("...rejected.fedcba9876543210.tmp"), "").unwrap();
+        assert_eq!(prepare(d.path(), true).unwrap(), None);
+        assert!(entries(d.path()).is_empty());
+    }
+
+    #[test]
     fn a_broken_data_link_restores_nothing_and_clears_the_keys() {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().to_path_buf();
@@ -813,7 +844,7 @@ mod tests {
         fs::write(outside.path().join("a"), "planted").unwrap();
         let gen_name = "..2026_01_01_00_00_00.000000000";
         type Plant<'a> = &'a dyn Fn(&Path);
-        let plant: [(&str, Plant); 8] = [
+        let plant: [(&str, Plant); 11] = [
             ("a directory of the kubelet's style", &|d| {
                 fs::create_dir(d.join("..precious")).unwrap();
                 fs::write(d.join("..precious/file"), "x").unwrap();
@@ -840,6 +871,19 @@ mod tests {
             }),
             ("..rejected as a symlink", &|d| {
                 symlink(outside.path().join("a"), d.join(REJECTED)).unwrap();
+            }),
+            ("a temporary name of ..rejected on a symlink", &|d| {
+                symlink(
+                    outside.path().join("a"),
+                    d.join("...rejected.0123456789abcdef.tmp"),
+                )
+                .unwrap();
+            }),
+            ("a temporary name of ..rejected on a directory", &|d| {
+                fs::create_dir(d.join("...rejected.0123456789abcdef.tmp")).unwrap();
+            }),
+            ("a name like a temporary one", &|d| {
+                fs::write(d.join("...rejected.0123456789ABCDEF.tmp"), "x").unwrap();
             }),
         ];
         for (what, plant) in plant {

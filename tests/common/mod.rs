@@ -13,6 +13,7 @@ pub mod gate;
 pub mod http;
 pub mod kubelet;
 pub mod static_build;
+pub mod strace;
 pub mod svc;
 
 use std::fs;
