@@ -1,23 +1,23 @@
 //! `on_change = "http"`: a reload endpoint (Prometheus' and Alertmanager's
 //! `/-/reload`, Fluent Bit's) called with plain HTTP, in images without curl.
 //!
-//! The request is made by tend itself, run as a short-lived child
-//! (`tend __http METHOD URL TIMEOUT_MS`) exactly like an `exec` action: PID
-//! 1's loop never waits on the network, and the action gets the exec
-//! machinery for free (its own process group, the timeout, the output in the
-//! log, retries with a back-off). The child prints the status line and the
-//! first line of the body, and exits 0 for a 2xx answer, 1 otherwise.
+//! The request is made by tend's loop itself, on a non-blocking socket
+//! polled with everything else (see `http_client`): no process is started,
+//! and PID 1 never waits on the network. This module says what an endpoint
+//! is and what its answer says: the status and the first line of the body,
+//! which go to the log and the status; a 2xx answer is success.
 //!
 //! Plain HTTP to an IP address (or `localhost`) is all it speaks: the
 //! endpoint is the service's own, on loopback or the pod's address, and a
 //! static PID 1 makes no DNS query.
 
-use std::io::{ErrorKind, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-/// The most of an answer that is read: its head and the start of its body.
-const MAX_ANSWER: usize = 64 * 1024;
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollTimeout, poll};
+
+use crate::http_client::Call;
 
 /// A reload endpoint: where, and with which method.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,128 +108,30 @@ fn split_host_port(authority: &str) -> Option<(&str, u16)> {
     Some((host, port))
 }
 
-/// The argv of the child that calls `endpoint` (tend itself, by /proc).
-pub fn argv(method: &str, url: &str, timeout: Duration) -> Vec<String> {
-    vec![
-        "/proc/self/exe".into(),
-        "__http".into(),
-        method.into(),
-        url.into(),
-        timeout.as_millis().to_string(),
-    ]
-}
-
-/// `tend __http METHOD URL TIMEOUT_MS`: makes the request and returns the
-/// exit code (0 for a 2xx answer).
-pub fn run(args: &[String]) -> i32 {
-    let [method, url, timeout] = args else {
-        let _ = crate::cli::print("usage: tend __http METHOD URL TIMEOUT_MS\n");
-        return 2;
-    };
-    let endpoint = match Endpoint::parse(method, url) {
-        Ok(e) => e,
-        Err(e) => {
-            let _ = crate::cli::print(&format!("{e}\n"));
-            return 2;
-        }
-    };
-    let timeout = Duration::from_millis(timeout.parse().unwrap_or(5000));
-    // What is printed goes to tend, which reads it as the action's output;
-    // the exit code is the verdict.
-    let (said, code) = match call(&endpoint, timeout) {
-        Ok((code, line)) => (
-            format!("HTTP {code}{line}"),
-            if (200..300).contains(&code) { 0 } else { 1 },
-        ),
-        Err(e) => (e, 1),
-    };
-    let _ = crate::cli::print(&format!("{} {url}: {said}\n", endpoint.method));
-    code
-}
-
-/// Sends the request; the status code and ": first line of the body".
+/// Calls `endpoint` and waits for the outcome (at most `timeout`): the
+/// status code and ": first line of the body". The loop never waits like
+/// this: it polls [`Call`]s with everything else (see `http_client`).
 /// Public for the fuzz target that plays the endpoint.
 pub fn call(endpoint: &Endpoint, timeout: Duration) -> Result<(u16, String), String> {
-    let deadline = Instant::now() + timeout;
-    let late = || format!("no answer within {timeout:?}");
-    let left = || {
-        deadline
-            .checked_duration_since(Instant::now())
-            .filter(|d| !d.is_zero())
-            .ok_or_else(late)
-    };
-    let mut stream = TcpStream::connect_timeout(&endpoint.addr, left()?).map_err(|e| {
-        if e.kind() == ErrorKind::TimedOut {
-            format!("cannot connect to {} within {timeout:?}", endpoint.addr)
-        } else {
-            format!("cannot connect to {}: {e}", endpoint.addr)
+    let mut call = Call::start(endpoint, timeout, Instant::now())?;
+    loop {
+        if let Some(outcome) = call.advance() {
+            return outcome;
         }
-    })?;
-    let request = format!(
-        "{} {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: tend/{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-        endpoint.method,
-        endpoint.target,
-        endpoint.host,
-        env!("CARGO_PKG_VERSION")
-    );
-    stream
-        .set_write_timeout(Some(left()?))
-        .and_then(|()| stream.write_all(request.as_bytes()))
-        .map_err(|e| match e.kind() {
-            ErrorKind::WouldBlock | ErrorKind::TimedOut => late(),
-            _ => format!("cannot send the request: {e}"),
-        })?;
-    let head_only = endpoint.method == "HEAD";
-    let mut answer = Vec::new();
-    let mut buf = [0u8; 4096];
-    // Until the answer says what it has to say: its status and the first
-    // line of its body, or all of a shorter body. A server may keep the
-    // connection open (despite `Connection: close`), so its end is not
-    // waited for when the answer's length is known.
-    let ended = loop {
-        let timed_out = |what: &[u8]| match read_final(what, head_only) {
-            Ok(Some(_)) => Ok(false),
-            Ok(None) if what.is_empty() => Err(late()),
-            Ok(None) => Err(format!("no complete answer within {timeout:?}")),
-            Err(e) => Err(e),
-        };
-        let Ok(wait) = left() else {
-            break timed_out(&answer)?;
-        };
-        stream
-            .set_read_timeout(Some(wait))
-            .map_err(|e| format!("setsockopt(SO_RCVTIMEO): {e}"))?;
-        let n = match stream.read(&mut buf) {
-            Ok(n) => n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                break timed_out(&answer)?;
-            }
-            Err(e) if answer.is_empty() => return Err(format!("no answer: {e}")),
-            // The head may be there: a reset after it still says what happened.
-            Err(_) => 0,
-        };
-        answer.extend_from_slice(&buf[..n]);
-        if n == 0 {
-            break true;
+        let left = call.deadline().saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return call.expire();
         }
-        if answer.len() >= MAX_ANSWER {
-            break false;
+        let mut fds = [PollFd::new(call.fd(), call.interest())];
+        let wait = PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX);
+        match poll(&mut fds, wait) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(e) => return Err(format!("poll() failed: {e}")),
         }
-        if let Some(a) = read_final(&answer, head_only)?
-            && (a.complete || first_line(&a.body, false).is_some())
-        {
-            break false;
-        }
-    };
-    summarize(&answer, head_only).map_err(|e| match e {
-        Incomplete::Head if ended => "the answer ended inside its head".to_string(),
-        Incomplete::Head => format!("the answer's head is larger than {MAX_ANSWER} bytes"),
-        Incomplete::Bad(e) => e,
-    })
+    }
 }
 
-enum Incomplete {
+pub(crate) enum Incomplete {
     /// The head of the final answer is not all there.
     Head,
     Bad(String),
@@ -237,7 +139,7 @@ enum Incomplete {
 
 /// The status code of the final answer in `answer`, and ": the first line of
 /// its body" (escaped).
-fn summarize(answer: &[u8], head_only: bool) -> Result<(u16, String), Incomplete> {
+pub(crate) fn summarize(answer: &[u8], head_only: bool) -> Result<(u16, String), Incomplete> {
     let a = read_final(answer, head_only)
         .map_err(Incomplete::Bad)?
         .ok_or(Incomplete::Head)?;
@@ -248,16 +150,16 @@ fn summarize(answer: &[u8], head_only: bool) -> Result<(u16, String), Incomplete
 }
 
 /// The final answer in what arrived so far (interim 1xx answers skipped).
-struct Final {
+pub(crate) struct Final {
     code: u16,
     /// What arrived of the body (without the chunked coding).
-    body: Vec<u8>,
+    pub body: Vec<u8>,
     /// Whether that is all of it.
-    complete: bool,
+    pub complete: bool,
 }
 
 /// The final answer in `bytes`, or None while its head is incomplete.
-fn read_final(mut bytes: &[u8], head_only: bool) -> Result<Option<Final>, String> {
+pub(crate) fn read_final(mut bytes: &[u8], head_only: bool) -> Result<Option<Final>, String> {
     loop {
         let mut headers = [httparse::EMPTY_HEADER; 64];
         let mut response = httparse::Response::new(&mut headers);
@@ -325,7 +227,7 @@ fn dechunk(mut bytes: &[u8]) -> (Vec<u8>, bool) {
 
 /// The first line of `body` with something on it; with `partial`, also one
 /// that has not ended yet.
-fn first_line(body: &[u8], partial: bool) -> Option<&[u8]> {
+pub(crate) fn first_line(body: &[u8], partial: bool) -> Option<&[u8]> {
     let mut lines = body.split(|b| *b == b'\n').peekable();
     while let Some(line) = lines.next() {
         let ended = lines.peek().is_some();
@@ -344,6 +246,7 @@ fn first_line(body: &[u8], partial: bool) -> Option<&[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
 
     #[test]
     fn endpoints_are_plain_http_to_an_address() {
@@ -522,6 +425,23 @@ mod tests {
         let (url, _hold) = server(b"HTTP/1.1 500 Oops\r\n\r\nfailed", Duration::ZERO);
         let (result, _) = timed_call(&url, "POST", Duration::from_millis(300));
         assert_eq!(result.unwrap(), (500, ": failed".into()));
+    }
+
+    #[test]
+    fn an_answer_too_large_to_read_is_an_error_without_waiting_for_the_timeout() {
+        let mut head = b"HTTP/1.1 200 OK\r\nX-Pad: ".to_vec();
+        head.resize(crate::http_client::MAX_ANSWER + 4096, b'a');
+        let head: &'static [u8] = head.leak();
+        let (url, _hold) = server(head, Duration::ZERO);
+        let (result, took) = timed_call(&url, "POST", Duration::from_secs(30));
+        assert_eq!(
+            result.unwrap_err(),
+            format!(
+                "the answer's head is larger than {} bytes",
+                crate::http_client::MAX_ANSWER
+            )
+        );
+        assert!(took < Duration::from_secs(15), "{took:?}");
     }
 
     #[test]

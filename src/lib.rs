@@ -10,6 +10,7 @@ pub mod control;
 pub mod core;
 pub mod envfile;
 pub mod http_action;
+pub mod http_client;
 pub mod http_server;
 pub mod log;
 pub mod notify;

@@ -16,7 +16,7 @@ use tracing::level_filters::LevelFilter;
 use tend::cli::{self, Cli, Mode, Parsed};
 use tend::config::{self, Config, ConfigError, Place};
 use tend::http_server::HttpServer;
-use tend::{control, http_action, log, output, probe, show, signals, sockets, supervisor};
+use tend::{control, log, output, probe, show, signals, sockets, supervisor};
 
 /// Why tend stopped before or instead of running the service.
 enum Failure {
@@ -70,14 +70,6 @@ fn open_missing_stdio() {
 
 /// Returns tend's exit status.
 fn tend_main() -> i32 {
-    // An `on_change = "http"` action: tend, as a child of tend, makes the call.
-    if std::env::args_os().nth(1).is_some_and(|a| a == "__http") {
-        let args: Vec<String> = std::env::args_os()
-            .skip(2)
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-        return http_action::run(&args);
-    }
     let cli = match Cli::parse(std::env::args_os().skip(1)) {
         Ok(Parsed::Run(cli)) => cli,
         Ok(Parsed::Print(text)) => {

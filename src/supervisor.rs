@@ -25,10 +25,12 @@ use nix::unistd::Pid;
 use crate::config::{Config, InvalidConfig};
 use crate::control::ControlSocket;
 use crate::core::{
-    Command, Core, Event, Exit, Notification, Now, ServiceId, Settings, SpawnFailure, SpawnKind,
-    service,
+    Answer, Command, Core, Event, Exit, Notification, Now, ServiceId, Settings, SpawnFailure,
+    SpawnKind, service,
 };
 use crate::envfile;
+use crate::http_action::Endpoint;
+use crate::http_client::{Calls, Finished};
 use crate::http_server::{HttpServer, Page, Reply};
 use crate::log;
 use crate::notify::{self, NotifySocket};
@@ -50,6 +52,8 @@ pub struct Supervisor {
     readiness: ReadinessFiles,
     /// Checks and exec actions in flight, by pid: their output pipes.
     jobs: Vec<Job>,
+    /// Calls of reload endpoints in flight.
+    calls: Calls,
     /// How each service starts, by [`ServiceId`].
     services: Vec<Launch>,
     /// Listening sockets, held at fds 3.. for every start of the service.
@@ -60,9 +64,9 @@ pub struct Supervisor {
     http: Option<HttpServer>,
     /// `tend signal` and `tend restart`, beside the status file.
     control: Option<ControlSocket>,
-    /// The generations of the status, the metrics and the output's drop
-    /// counts the server's pages were made from.
-    served: (u64, u64, u64),
+    /// The generations of the status, the metrics, the output's drop
+    /// counts and the watcher's counts the server's pages were made from.
+    served: (u64, u64, u64, u64),
     /// The signals the signalfd reads, for waiting on them alone.
     handled: nix::sys::signal::SigSet,
     /// Whether anything reads the status: readiness files, or watches
@@ -233,12 +237,13 @@ impl Supervisor {
             watcher,
             readiness,
             jobs: Vec::new(),
+            calls: Calls::default(),
             services: launches,
             sockets,
             notify,
             publishes: publishes || http.is_some(),
             http,
-            served: (0, 0, 0),
+            served: (0, 0, 0, 0),
             handled: signals::handled(),
             output: service_output,
             instances: Vec::new(),
@@ -297,19 +302,23 @@ impl Supervisor {
                     token,
                     result: self.spawn(&argv, kind, &env),
                 }),
-                Command::CallHttp {
-                    token,
-                    service,
-                    action,
-                } => {
-                    // Tend itself, run as a short-lived child, calls the
-                    // endpoint.
-                    let argv =
-                        crate::http_action::argv(&action.method, &action.url, action.timeout);
-                    Some(Event::Spawned {
-                        token,
-                        result: self.spawn(&argv, SpawnKind::Job(service), &[]),
-                    })
+                Command::CallHttp { token, action } => {
+                    match Endpoint::parse(&action.method, &action.url) {
+                        Ok(endpoint) => self
+                            .calls
+                            .start(token, &endpoint, action.timeout, Instant::now())
+                            .map(called),
+                        // The config was checked: this cannot be, but is no panic.
+                        Err(e) => Some(Event::Called {
+                            token,
+                            result: Err(e),
+                            took: std::time::Duration::ZERO,
+                        }),
+                    }
+                }
+                Command::CancelCall { token } => {
+                    self.calls.cancel(token);
+                    None
                 }
                 Command::Snapshot { watch, fingerprint } => {
                     self.watcher.ask(Request::Snapshot(watch, fingerprint));
@@ -523,6 +532,7 @@ impl Supervisor {
             self.core.deadline(),
             self.readiness.deadline(),
             self.http.as_ref().and_then(HttpServer::deadline),
+            self.calls.deadline(),
             self.notify.as_ref().and_then(NotifySocket::deadline),
             self.control.as_ref().and_then(ControlSocket::deadline),
             self.output.deadline(),
@@ -532,6 +542,7 @@ impl Supervisor {
         .min();
         if deadline.is_none()
             && self.jobs.is_empty()
+            && self.calls.is_empty()
             && self.notify.is_none()
             && self.http.is_none()
             && self.control.is_none()
@@ -542,7 +553,7 @@ impl Supervisor {
         }
         let timeout =
             deadline.map(|d| TimeSpec::from_duration(d.saturating_duration_since(Instant::now())));
-        let (signals, watcher, notify, jobs, http, control, lines) = {
+        let (signals, watcher, notify, jobs, http, control, lines, calls) = {
             let mut fds = vec![PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
             let watcher_fds = self.watcher.poll_fds();
             let watcher_at = fds.len();
@@ -586,6 +597,14 @@ impl Supervisor {
                     .into_iter()
                     .map(|(fd, flags)| PollFd::new(fd, flags)),
             );
+            let call_fds = self.calls.poll_fds();
+            let call_at = fds.len();
+            let call_n = call_fds.len();
+            fds.extend(
+                call_fds
+                    .into_iter()
+                    .map(|(fd, flags)| PollFd::new(fd, flags)),
+            );
             let mut job_at = Vec::new();
             for (i, j) in self.jobs.iter().enumerate() {
                 if let Some(fd) = j.fd() {
@@ -619,6 +638,9 @@ impl Supervisor {
                 (output_at..output_at + output_n)
                     .map(ready)
                     .collect::<Vec<bool>>(),
+                (call_at..call_at + call_n)
+                    .map(ready)
+                    .collect::<Vec<bool>>(),
             )
         };
         // Read once the signals of this wake-up were acted on (run()).
@@ -634,6 +656,8 @@ impl Supervisor {
         if signals {
             self.read_signals(events);
         }
+        self.calls.set_ready(&calls);
+        events.extend(self.calls.pump(now).into_iter().map(called));
         if let Some(n) = &self.notify {
             if notify {
                 // A flood comes from one sender: /proc is read for it once
@@ -671,10 +695,12 @@ impl Supervisor {
         };
         let (readiness, core, output, names) =
             (&self.readiness, &self.core, &self.output, &self.names);
+        let watcher = self.watcher.counts();
         let current = (
             readiness.generation(),
             core.metrics().generation(),
             output.generation(),
+            watcher.events + watcher.errors,
         );
         if std::mem::replace(&mut self.served, current) != current {
             server.content_changed();
@@ -694,7 +720,7 @@ impl Supervisor {
                     body: readiness.json().unwrap_or_default(),
                 },
                 Page::Metrics => {
-                    let mut body = core.metrics().render(status);
+                    let mut body = core.metrics().render(status, &watcher);
                     output.render_metrics(names, &mut body);
                     Reply {
                         code: 200,
@@ -756,6 +782,18 @@ impl Supervisor {
         if child {
             events.push_back(self.reap());
         }
+    }
+}
+
+/// The event of a call that ended.
+fn called(f: Finished) -> Event {
+    Event::Called {
+        token: f.token,
+        result: f.outcome.map(|(code, line)| Answer {
+            code,
+            line: line.strip_prefix(": ").unwrap_or(&line).to_string(),
+        }),
+        took: f.took,
     }
 }
 

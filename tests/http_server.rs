@@ -318,6 +318,171 @@ fn a_failed_action_counts_as_a_failed_reload() {
     assert_eq!(get(addr, "/ready").code, 200);
 }
 
+/// `promtool check metrics` (Prometheus' own linter) on `page`: it must
+/// find nothing to say.
+fn promtool_check(page: &str) {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("timeout")
+        .args(["30", "promtool", "check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(page.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_ne!(
+        out.status.code(),
+        Some(127),
+        "promtool is not installed (Debian's prometheus package): run scripts/install-deps"
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool check metrics: {said}\n{page}"
+    );
+}
+
+#[test]
+fn a_rejected_watch_is_not_hidden_by_another_that_applies() {
+    let sb = Sandbox::new();
+    let mut toml = format!(
+        "[service]\ncommand = {}\n{}\n[http]\nlisten = \"127.0.0.1:0\"\n",
+        sb.service_toml(&[]),
+        sb.readiness_toml()
+    );
+    for name in ["a", "b"] {
+        let file = sb.write(&format!("{name}.conf"), "ok");
+        toml.push_str(&format!(
+            "\n[[watch]]\nname = \"{name}\"\npaths = [{f:?}]\ncheck = [\"grep\", \"-q\", \"ok\", {f:?}]\n\
+             on_change = \"none\"\n",
+            f = file.display().to_string()
+        ));
+    }
+    let cfg = sb.config(&toml);
+    let tend = sb.tend().config(&cfg).start_ready();
+    let addr = address(&tend);
+    let m = wait_metric(addr, "reloader_reloads_total", 2.0);
+    assert_eq!(m["reloader_last_reload_successful"], 1.0);
+
+    // a is rejected, then b is applied: kube-prometheus' alert
+    // (max_over_time(reloader_last_reload_successful[5m]) == 0) must fire.
+    sb.write("a.conf", "bad");
+    wait_metric(addr, r#"tend_watch_last_reload_successful{watch="a"}"#, 0.0);
+    sb.write("b.conf", "ok 2");
+    let m = wait_metric(addr, "reloader_reloads_total", 4.0);
+    assert_eq!(m["reloader_reloads_failed_total"], 1.0);
+    assert_eq!(m["reloader_last_reload_successful"], 0.0, "b hides nothing");
+    assert_eq!(m[r#"tend_watch_last_reload_successful{watch="a"}"#], 0.0);
+    assert_eq!(m[r#"tend_watch_last_reload_successful{watch="b"}"#], 1.0);
+    promtool_check(&get(addr, "/metrics").body);
+
+    sb.write("a.conf", "ok 3");
+    let m = wait_metric(addr, "reloader_last_reload_successful", 1.0);
+    assert_eq!(m[r#"tend_watch_last_reload_successful{watch="a"}"#], 1.0);
+}
+
+/// A reload endpoint as the service: answers every POST with 200 and
+/// appends its request line to LOG.
+const ENDPOINT: &str = r#"
+import http.server, sys
+port, log = int(sys.argv[1]), sys.argv[2]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        with open(log, "a") as f:
+            f.write(self.requestline + "\n")
+        self.send_response(200)
+        self.send_header("Content-Length", "3")
+        self.end_headers()
+        self.wfile.write(b"ok\n")
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"#;
+
+#[test]
+fn every_reloader_and_configmap_reload_series_is_served_and_promtool_finds_nothing() {
+    let sb = Sandbox::new();
+    let port = common::http::free_port();
+    let script = sb.write("endpoint.py", ENDPOINT);
+    let requests = sb.path("requests.log");
+    let conf = sb.write("app.conf", "ok 1");
+    let extra = sb.write("extra.conf", "x");
+    let url = format!("http://127.0.0.1:{port}/-/reload");
+    let cfg = sb.config(&format!(
+        "[service]\ncommand = [\"python3\", {:?}, \"{port}\", {:?}]\n{}\n[http]\nlisten = \"127.0.0.1:0\"\n\n\
+         [[watch]]\nname = \"app\"\npaths = [{c:?}, {e:?}]\ncheck = [\"grep\", \"-q\", \"ok\", {c:?}]\n\
+         on_change = \"http\"\nhttp = {{ url = {url:?} }}\n",
+        script.display().to_string(),
+        requests.display().to_string(),
+        sb.readiness_toml(),
+        c = conf.display().to_string(),
+        e = extra.display().to_string(),
+    ));
+    let tend = sb.tend().config(&cfg).start();
+    sb.wait_ready(true, secs(10.0));
+    let addr = address(&tend);
+    wait_for("the endpoint to listen", secs(10.0), || {
+        TcpStream::connect(("127.0.0.1", port)).ok()
+    });
+    let before = wait_metric(addr, "reloader_last_reload_successful", 1.0);
+    sb.write("app.conf", "ok 2");
+    let webhook = |series: &str, more: &str| format!("{series}{{{more}webhook={url:?}}}");
+    let m = wait_metric(
+        addr,
+        &webhook("configmap_reload_success_reloads_total", ""),
+        1.0,
+    );
+    assert_eq!(
+        std::fs::read_to_string(&requests).unwrap(),
+        "POST /-/reload HTTP/1.1\n"
+    );
+    assert_eq!(
+        m[&webhook("configmap_reload_requests_total", "status_code=\"200\",")],
+        1.0
+    );
+    for reason in ["client_request_do", "client_response"] {
+        let series = format!("reason={reason:?},");
+        assert_eq!(
+            m[&webhook("configmap_reload_request_errors_total", &series)],
+            0.0
+        );
+    }
+    assert_eq!(m[&webhook("configmap_reload_last_reload_error", "")], 0.0);
+    let took = m[&webhook("configmap_reload_last_request_duration_seconds", "")];
+    assert!(took > 0.0 && took < 5.0, "{took}");
+    assert_eq!(m["configmap_reload_watcher_errors_total"], 0.0);
+    assert_eq!(m["reloader_watches"], 2.0, "the watch's two paths");
+    assert!(
+        m["reloader_watch_events_total"] > before["reloader_watch_events_total"],
+        "the write was seen: {} then {}",
+        before["reloader_watch_events_total"],
+        m["reloader_watch_events_total"]
+    );
+    assert_eq!(m["reloader_watch_errors_total"], 0.0);
+    assert_eq!(m["reloader_config_apply_operations_total"], 1.0);
+    assert_eq!(m["reloader_config_apply_operations_failed_total"], 0.0);
+    assert_eq!(m[r#"tend_watch_last_reload_successful{watch="app"}"#], 1.0);
+    for name in [
+        "reloader_reloads_total",
+        "reloader_reloads_failed_total",
+        "reloader_last_reload_successful",
+        "reloader_last_reload_success_timestamp_seconds",
+    ] {
+        assert!(m.contains_key(name), "{name}");
+    }
+    promtool_check(&get(addr, "/metrics").body);
+}
+
 #[test]
 fn other_methods_unknown_paths_and_oversize_requests_are_refused() {
     let sb = Sandbox::new();

@@ -43,13 +43,13 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use crate::config::{self, Action};
+use crate::config::{self, Action, HttpAction};
 use crate::ratelimit::{self, RateLimit};
 use crate::signals::{self, Role};
 use metrics::{CheckOutcome, Metrics};
 pub use protocol::{
-    Command, ControlRequest, Done, Event, Exit, ExitStatus, Notification, Now, Report, Restored,
-    ServiceId, SpawnFailure, SpawnKind, WatchId,
+    Answer, Command, ControlRequest, Done, Event, Exit, ExitStatus, Notification, Now, Report,
+    Restored, ServiceId, SpawnFailure, SpawnKind, WatchId,
 };
 use service::{Owned, Service, Stage};
 use status::{ServiceStatus, State, Status, WatchResult};
@@ -126,6 +126,22 @@ enum JobRole {
     ReadyCheck(ServiceId, Pid),
 }
 
+/// A call of a reload endpoint in flight, for these watches.
+#[derive(Debug)]
+struct Call {
+    token: u64,
+    watches: Vec<WatchId>,
+    action: config::HttpAction,
+    started: Instant,
+}
+
+impl Call {
+    /// The shell ends the call by its timeout; this is the backstop.
+    fn deadline(&self) -> Instant {
+        self.started + self.action.timeout + Duration::from_secs(1)
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Pending {
     /// A new instance; with `overlap`, next to the one that runs.
@@ -165,6 +181,7 @@ pub struct Core {
     ready_when_invalid: bool,
     phase: Phase,
     jobs: Vec<Job>,
+    calls: Vec<Call>,
     /// Spawns asked for whose pid has not come back yet.
     pending: BTreeMap<u64, Pending>,
     next_token: u64,
@@ -176,7 +193,7 @@ pub struct Core {
     names: Vec<String>,
     /// Reloads that ended since the last event: the watch's change applied
     /// (true), or rejected or failed.
-    outcomes: Vec<bool>,
+    outcomes: Vec<(WatchId, bool)>,
     /// The warning for notifications from outside the services' trees.
     ignored_notifications: RateLimit,
     out: Vec<Command>,
@@ -205,11 +222,12 @@ impl Core {
             ready_when_invalid: settings.ready_when_invalid,
             phase: Phase::Running,
             jobs: Vec::new(),
+            calls: Vec::new(),
             pending: BTreeMap::new(),
             next_token: 1,
             was_ready: false,
             rng: Rng(settings.seed),
-            metrics: Metrics::new(watches.len()),
+            metrics: Metrics::new(watches),
             outcomes: Vec::new(),
             ignored_notifications: RateLimit::new(IGNORED_WARN_EVERY),
             out: Vec::new(),
@@ -259,6 +277,9 @@ impl Core {
             }
             Event::Notify { chain, message } => self.on_notify(&chain, message, now),
             Event::Done(done) => {
+                if let Done::Published { result, .. } = &done {
+                    self.metrics.applied(result.is_ok());
+                }
                 let (id, input) = match done {
                     Done::Snapshot {
                         watch,
@@ -288,6 +309,16 @@ impl Core {
                 from,
                 request,
             } => self.on_control(client, from, request, now),
+            Event::Called {
+                token,
+                result,
+                took,
+            } => {
+                if let Some(at) = self.calls.iter().position(|c| c.token == token) {
+                    let call = self.calls.swap_remove(at);
+                    self.on_called(call, result, took, now);
+                }
+            }
         }
         self.on_time(now);
         self.advance(now);
@@ -318,6 +349,7 @@ impl Core {
             .filter(|j| !j.timed_out)
             .map(|j| j.started + j.timeout)
             .min();
+        let calls = self.calls.iter().map(Call::deadline).min();
         let services = self.services.iter().filter_map(Service::deadline).min();
         let watches = self
             .watches
@@ -325,7 +357,7 @@ impl Core {
             .filter_map(|w| w.deadline(self.view(w.service)))
             .min();
         let said = self.ignored_notifications.due();
-        [phase, jobs, services, watches, said]
+        [phase, jobs, calls, services, watches, said]
             .into_iter()
             .flatten()
             .min()
@@ -364,6 +396,14 @@ impl Core {
     fn tell_watch(&mut self, id: WatchId, input: watch::Input, now: Now) -> Vec<Action> {
         let mut out = Vec::new();
         let view = self.view(self.watches[id.0].service);
+        // A config apply operation, without `publish` (with it, each
+        // publication is one).
+        if let watch::Input::ActionEnded { ok } = input
+            && self.watches[id.0].acting()
+            && self.watches[id.0].config().publish.is_none()
+        {
+            self.metrics.applied(ok);
+        }
         self.watches[id.0].handle(
             input,
             &mut watch::Cx {
@@ -421,7 +461,7 @@ impl Core {
                         self.signal_group(pid, Signal::SIGKILL as i32);
                     }
                 }
-                watch::Output::Reloaded(ok) => self.outcomes.push(ok),
+                watch::Output::Reloaded(ok) => self.outcomes.push((id, ok)),
                 watch::Output::Act(action) => actions.push(action),
             }
         }
@@ -847,25 +887,65 @@ impl Core {
                 self.tell_service(id, service::Input::Probed { pid, passed }, now);
             }
             JobRole::Exec(ids) => {
-                for &id in &ids {
-                    self.tell_watch(id, watch::Input::ActionEnded { ok: passed }, now);
-                }
-                let names = self.names(&ids);
-                if passed {
-                    tracing::info!(watch = names, took = ?took, "reload command succeeded: config applied");
-                } else {
-                    let retry = ids
-                        .iter()
-                        .find_map(|&id| self.watches[id.0].retry_in(now.mono));
-                    tracing::warn!(
-                        watch = names,
-                        "reload command failed ({describe}); retrying in {:?}{}",
-                        retry.unwrap_or_default(),
-                        crate::text::for_log(&output)
-                    );
-                }
+                let said = if passed { String::new() } else { describe };
+                self.action_ran(&ids, passed, took, &said, &output, now);
             }
         }
+    }
+
+    /// The reload command (or call) of watches `ids` ended, `ok` or not,
+    /// after `took`: each watch is told, and the log says how (`said`, and
+    /// the tail of its `output`).
+    fn action_ran(
+        &mut self,
+        ids: &[WatchId],
+        ok: bool,
+        took: Duration,
+        said: &str,
+        output: &str,
+        now: Now,
+    ) {
+        for &id in ids {
+            self.tell_watch(id, watch::Input::ActionEnded { ok }, now);
+        }
+        let names = self.names(ids);
+        if ok {
+            let said = if said.is_empty() {
+                String::new()
+            } else {
+                format!(" ({said})")
+            };
+            tracing::info!(watch = names, took = ?took, "reload command succeeded{said}: config applied");
+        } else {
+            let retry = ids
+                .iter()
+                .find_map(|&id| self.watches[id.0].retry_in(now.mono));
+            tracing::warn!(
+                watch = names,
+                "reload command failed ({said}); retrying in {:?}{}",
+                retry.unwrap_or_default(),
+                crate::text::for_log(output)
+            );
+        }
+    }
+
+    /// A call of a reload endpoint ended (or its backstop passed): like an
+    /// exec action's end, with the endpoint and its answer in the log.
+    fn on_called(&mut self, call: Call, result: Result<Answer, String>, took: Duration, now: Now) {
+        if !matches!(self.phase, Phase::Running) {
+            return;
+        }
+        let HttpAction { method, url, .. } = &call.action;
+        self.metrics.called(url, &result, took);
+        let (ok, said) = match &result {
+            Ok(a) if a.line.is_empty() => (a.success(), format!("{method} {url}: HTTP {}", a.code)),
+            Ok(a) => (
+                a.success(),
+                format!("{method} {url}: HTTP {}: {}", a.code, a.line),
+            ),
+            Err(e) => (false, format!("{method} {url}: {e}")),
+        };
+        self.action_ran(&call.watches, ok, took, &said, "", now);
     }
 
     // ------------------------------------------------------------ spawning
@@ -1032,6 +1112,16 @@ impl Core {
         for pid in overdue {
             self.signal_group(pid, Signal::SIGKILL as i32);
         }
+        let (overdue, calls): (Vec<Call>, Vec<Call>) = std::mem::take(&mut self.calls)
+            .into_iter()
+            .partition(|c| now.mono >= c.deadline());
+        self.calls = calls;
+        for call in overdue {
+            self.out.push(Command::CancelCall { token: call.token });
+            let took = call.deadline() - call.started;
+            let why = format!("no outcome within {took:?}: the call was dropped");
+            self.on_called(call, Err(why), took, now);
+        }
         for i in 0..self.services.len() {
             self.tell_service(ServiceId(i), service::Input::Tick, now);
         }
@@ -1176,24 +1266,34 @@ impl Core {
             self.tell_watch(w, watch::Input::ActionEnded { ok: true }, now);
         }
         for (exec, users) in batch.execs {
-            let timeout = users
-                .iter()
-                .map(|w| match &self.watches[w.0].config().action {
-                    // The child bounds the call itself; this is the backstop.
-                    Action::Http(h) => h.timeout + Duration::from_secs(1),
-                    _ => self.watches[w.0].config().check_timeout,
-                })
-                .max()
-                .unwrap_or_default();
-            let role = Pending::Job(JobRole::Exec(users), timeout);
             match exec {
-                Exec::Command(argv) => self.spawn_job(argv, Vec::new(), id, role),
+                Exec::Command(argv) => {
+                    let timeout = users
+                        .iter()
+                        .map(|w| self.watches[w.0].config().check_timeout)
+                        .max()
+                        .unwrap_or_default();
+                    let role = Pending::Job(JobRole::Exec(users), timeout);
+                    self.spawn_job(argv, Vec::new(), id, role);
+                }
                 Exec::Http(action) => {
-                    let token = self.token(role);
+                    let token = self.next_token;
+                    self.next_token += 1;
+                    tracing::info!(
+                        watch = self.names(&users),
+                        "calling the reload endpoint: {} {}",
+                        action.method,
+                        action.url
+                    );
                     self.out.push(Command::CallHttp {
                         token,
-                        service: id,
+                        action: action.clone(),
+                    });
+                    self.calls.push(Call {
+                        token,
+                        watches: users,
                         action,
+                        started: now.mono,
                     });
                 }
             }
@@ -1306,6 +1406,9 @@ impl Core {
     fn kill_jobs(&mut self) {
         for j in std::mem::take(&mut self.jobs) {
             self.signal_group(j.pid, Signal::SIGKILL as i32);
+        }
+        for c in std::mem::take(&mut self.calls) {
+            self.out.push(Command::CancelCall { token: c.token });
         }
     }
 

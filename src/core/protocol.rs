@@ -5,7 +5,7 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use nix::unistd::Pid;
 
@@ -134,6 +134,28 @@ pub enum Event {
         from: u32,
         request: ControlRequest,
     },
+    /// The [`Command::CallHttp`] with this token ended after `took`: the
+    /// endpoint's answer, or why there is none.
+    Called {
+        token: u64,
+        result: Result<Answer, String>,
+        took: Duration,
+    },
+}
+
+/// What a reload endpoint answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub code: u16,
+    /// The first line of the body with something on it, escaped (may be
+    /// empty).
+    pub line: String,
+}
+
+impl Answer {
+    pub fn success(&self) -> bool {
+        (200..300).contains(&self.code)
+    }
 }
 
 /// What `tend signal` and `tend restart` ask of one service, by its name.
@@ -301,13 +323,12 @@ pub enum Command {
         /// Set on top of the environment (`TEND_CANDIDATE` for a check).
         env: Vec<(String, String)>,
     },
-    /// Call an HTTP endpoint as a reload action: a process of tend's own
-    /// that the shell starts, answered like any spawn.
-    CallHttp {
-        token: u64,
-        service: ServiceId,
-        action: HttpAction,
-    },
+    /// Call an HTTP endpoint as a reload action, within `action.timeout`;
+    /// answered by [`Event::Called`].
+    CallHttp { token: u64, action: HttpAction },
+    /// Drop the call with this token, if it is still in flight: its answer
+    /// is no longer wanted (tend stops, or the core's own deadline passed).
+    CancelCall { token: u64 },
     /// Copy watch `watch` into a candidate generation of its `publish`
     /// directory, if its content still has this fingerprint; answered by
     /// [`Done::Snapshot`].

@@ -1901,7 +1901,10 @@ impl Fake {
     /// `reloader_last_reload_successful` is 0.
     fn last_reload_failed(&mut self) -> bool {
         let status = self.core.status();
-        let page = self.core.metrics().render(&status);
+        let page = self
+            .core
+            .metrics()
+            .render(&status, &metrics::WatcherCounts::default());
         page.contains("reloader_last_reload_successful 0")
     }
 
@@ -2568,7 +2571,9 @@ impl Fake {
     /// /metrics as it would be served now.
     fn page(&mut self) -> String {
         let status = self.core.status();
-        self.core.metrics().render(&status)
+        self.core
+            .metrics()
+            .render(&status, &metrics::WatcherCounts::default())
     }
 
     /// From the page: (reloads, failed, last successful, seconds from the
@@ -3140,4 +3145,5 @@ fn no_order_of_changes_faults_and_crashes_leaves_a_watch_unable_to_take_the_next
 }
 mod control;
 mod paths;
+mod reloads;
 mod services;

@@ -95,6 +95,18 @@ impl Registration {
 pub struct Books {
     watches: Vec<WatchState>,
     registrations: HashMap<i32, Registration>,
+    counts: Counts,
+}
+
+/// What the watcher received, for /metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// inotify events (a queue overflow is an error, not an event).
+    pub events: u64,
+    /// Queue overflows; scans for which inotify_add_watch failed (a limit
+    /// hit), or that could not read part of the watch; failures of the
+    /// inotify fd itself (see [`Books::error`]).
+    pub errors: u64,
 }
 
 impl Books {
@@ -118,7 +130,17 @@ impl Books {
                 })
                 .collect(),
             registrations: HashMap::new(),
+            counts: Counts::default(),
         }
+    }
+
+    pub fn counts(&self) -> Counts {
+        self.counts
+    }
+
+    /// Counts an error of inotify itself (its init or a read failed).
+    pub fn error(&mut self) {
+        self.counts.errors += 1;
     }
 
     /// Each watch's absolute paths, in config order.
@@ -161,10 +183,12 @@ impl Books {
     /// Schedules the watches an inotify event concerns.
     pub fn on_event(&mut self, ev: &Event, now: Instant) {
         if ev.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
+            self.counts.errors += 1;
             tracing::warn!("the inotify queue overflowed: rescanning every watch");
             self.everything_may_have_changed(now);
             return;
         }
+        self.counts.events += 1;
         if ev.mask.contains(AddWatchFlags::IN_IGNORED) {
             // The kernel dropped the watch: its directory was deleted, or its
             // filesystem unmounted (IN_UNMOUNT came first). The next scan
@@ -235,6 +259,7 @@ impl Books {
         } = scan;
         let mut covered = with_inotify;
         let mut gone = false;
+        let mut failed = false;
         let mut wds = BTreeSet::new();
         for (dir, d) in dirs {
             match d.wd {
@@ -257,6 +282,7 @@ impl Books {
                 Err(Errno::ENOENT | Errno::ENOTDIR) => gone = true,
                 Err(e) => {
                     covered = false;
+                    failed = true;
                     let w = &mut self.watches[i];
                     if !w.polling {
                         tracing::warn!(
@@ -270,6 +296,7 @@ impl Books {
                 }
             }
         }
+        self.counts.errors += u64::from(failed) + u64::from(!unreadable.is_empty());
         let old = std::mem::replace(&mut self.watches[i].wds, wds);
         for wd in old.difference(&self.watches[i].wds) {
             if let Some(reg) = self.registrations.get_mut(wd) {
@@ -686,5 +713,46 @@ mod tests {
         b.on_scanned(WatchId(0), s, true, t0);
         assert!(!b.watches[0].polling, "not a limit");
         assert_eq!(b.deadline(), Some(t0 + ms(100)));
+    }
+
+    #[test]
+    fn events_and_errors_are_counted_for_metrics() {
+        let t0 = Instant::now();
+        let mut b = books(1, 100, t0);
+        b.on_scanned(WatchId(0), scan(&[("/w0", 7, &[])]), true, t0);
+        b.on_event(&event(7, Some("a"), AddWatchFlags::IN_CREATE), t0);
+        b.on_event(&event(7, Some("..data"), AddWatchFlags::IN_MOVED_TO), t0);
+        b.on_event(&event(99, Some("b"), AddWatchFlags::IN_CREATE), t0);
+        assert_eq!(
+            b.counts(),
+            Counts {
+                events: 3,
+                errors: 0
+            },
+            "every event received, whether it concerns a watch or not"
+        );
+        b.on_event(&event(-1, None, AddWatchFlags::IN_Q_OVERFLOW), t0);
+        assert_eq!(b.counts().errors, 1, "an overflow is an error");
+        // A scan with a limit hit on two directories and a file it cannot
+        // read: one error each.
+        let mut s = scan(&[("/w0", 7, &[]), ("/w0/sub", 8, &[])]);
+        for d in s.dirs.values_mut() {
+            d.wd = Err(Errno::ENOSPC);
+        }
+        s.unreadable = vec!["/w0/key: Permission denied".into()];
+        b.on_scanned(WatchId(0), s, true, t0);
+        assert_eq!(b.counts().errors, 3);
+        // A directory that vanished is no error.
+        let mut s = scan(&[("/w0", 7, &[])]);
+        s.dirs.get_mut(Path::new("/w0")).unwrap().wd = Err(Errno::ENOENT);
+        b.on_scanned(WatchId(0), s, true, t0);
+        b.error();
+        assert_eq!(
+            b.counts(),
+            Counts {
+                events: 3,
+                errors: 4
+            }
+        );
     }
 }

@@ -60,6 +60,7 @@ pub use thread::Request;
 use thread::{Handle, Taken};
 
 use crate::config;
+use crate::core::metrics::WatcherCounts;
 
 /// How often a watch that inotify cannot cover is scanned.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
@@ -73,6 +74,8 @@ pub struct Watcher {
     paths: Vec<Vec<PathBuf>>,
     /// Per-path fingerprints of each watch's last report.
     previous: Vec<Option<Vec<Fingerprint>>>,
+    /// What the thread had counted when it ended (counters never go back).
+    counted: books::Counts,
 }
 
 impl Watcher {
@@ -104,6 +107,7 @@ impl Watcher {
                 .map(|w| w.paths.iter().map(|p| cwd.join(p)).collect())
                 .collect(),
             previous: vec![None; watches.len()],
+            counted: books::Counts::default(),
         })
     }
 
@@ -144,12 +148,23 @@ impl Watcher {
                 done,
             ),
             Taken::Gone => {
+                self.counted = thread.counts();
                 tracing::error!(
                     "the watcher thread is gone: changes to watched files are no longer seen"
                 );
                 self.thread = None;
                 (Vec::new(), Vec::new())
             }
+        }
+    }
+
+    /// What the watcher counted, for /metrics.
+    pub fn counts(&self) -> WatcherCounts {
+        let c = self.thread.as_ref().map_or(self.counted, Handle::counts);
+        WatcherCounts {
+            paths: self.paths.iter().map(Vec::len).sum(),
+            events: c.events,
+            errors: c.errors,
         }
     }
 

@@ -21,7 +21,7 @@
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -33,7 +33,7 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use nix::sys::signal::{SigSet, SigmaskHow, pthread_sigmask};
 use nix::sys::time::TimeSpec;
 
-use super::books::{Books, Event, Scanned, limit_hint};
+use super::books::{Books, Counts, Event, Scanned, limit_hint};
 use super::publish;
 use super::scan::{self, Fingerprint, HashKey, OwnFiles, Registrar};
 use super::{POLL_INTERVAL, WatchId};
@@ -82,6 +82,8 @@ struct Shared {
     to_thread: EventFd,
     /// False once the thread has ended.
     alive: AtomicBool,
+    /// What the books counted: events, errors.
+    counts: [AtomicU64; 2],
 }
 
 /// Under one lock, so the loop sees a snapshot's scan no later than its
@@ -155,6 +157,7 @@ impl Handle {
             to_thread: eventfd()
                 .context("eventfd() failed: tend cannot talk to its watcher thread")?,
             alive: AtomicBool::new(true),
+            counts: Default::default(),
         });
         let inotify = match Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC) {
             Ok(i) => Some(i),
@@ -178,7 +181,10 @@ impl Handle {
                 None
             }
         };
-        let books = Books::new(watches, cwd, inotify.is_none(), now);
+        let mut books = Books::new(watches, cwd, inotify.is_none(), now);
+        if inotify.is_none() {
+            books.error();
+        }
         let publish: Vec<Option<PathBuf>> = watches
             .iter()
             .map(|w| w.publish.as_ref().map(|p| cwd.join(p)))
@@ -235,6 +241,15 @@ impl Handle {
                 std::mem::take(&mut out.done),
             ),
             _ => Taken::Gone,
+        }
+    }
+
+    /// What the watcher counted so far.
+    pub fn counts(&self) -> Counts {
+        let [events, errors] = &self.shared.counts;
+        Counts {
+            events: events.load(Ordering::Relaxed),
+            errors: errors.load(Ordering::Relaxed),
         }
     }
 
@@ -320,6 +335,7 @@ impl Worker {
             self.serve();
             self.scan_due();
             self.remove_unused();
+            self.share_counts();
             let ready = match self.wait() {
                 Ok(ready) => ready,
                 Err(e) => {
@@ -588,6 +604,7 @@ impl Worker {
                 Err(Errno::EINTR) => {}
                 Err(e) => {
                     tracing::error!("read() on the inotify fd failed: {e}");
+                    self.books.error();
                     return;
                 }
             }
@@ -626,7 +643,17 @@ impl Worker {
         }
     }
 
+    /// Hands the books' counts to the loop (before a scan, so that a page
+    /// made after the scan counts what led to it).
+    fn share_counts(&self) {
+        let Counts { events, errors } = self.books.counts();
+        let [e, r] = &self.shared.counts;
+        e.store(events, Ordering::Relaxed);
+        r.store(errors, Ordering::Relaxed);
+    }
+
     fn post(&self, scanned: Scanned) {
+        self.share_counts();
         let Ok(mut out) = self.shared.out.lock() else {
             return;
         };
