@@ -271,6 +271,39 @@ impl Fake {
         f
     }
 
+    /// The pid of the last instance of the service whose command is
+    /// `program`.
+    fn pid_of(&self, program: &str) -> Pid {
+        self.spawned
+            .iter()
+            .rev()
+            .find(|(_, argv, k)| matches!(k, SpawnKind::Service(_)) && argv[0] == program)
+            .map(|(p, _, _)| *p)
+            .unwrap_or_else(|| panic!("{program:?} was never started"))
+    }
+
+    /// How many instances of the service whose command is `program` started.
+    fn starts(&self, program: &str) -> usize {
+        self.spawned
+            .iter()
+            .filter(|(_, argv, k)| matches!(k, SpawnKind::Service(_)) && argv[0] == program)
+            .count()
+    }
+
+    /// Service `name` as the status file lists it.
+    fn service_entry(&mut self, name: &str) -> crate::core::status::ServiceEntry {
+        self.core
+            .status()
+            .services
+            .into_iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("no service {name:?}"))
+    }
+
+    fn service_state(&mut self, name: &str) -> String {
+        self.service_entry(name).state
+    }
+
     /// A check job that has not exited yet, if any.
     fn running_check(&self) -> Option<Pid> {
         self.core

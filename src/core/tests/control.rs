@@ -39,32 +39,6 @@ impl Fake {
             signo,
         })
     }
-
-    /// The last instance started of the service whose command is `program`.
-    fn last(&self, program: &str) -> Pid {
-        self.spawned
-            .iter()
-            .rev()
-            .find(|(_, argv, k)| matches!(k, SpawnKind::Service(_)) && argv[0] == program)
-            .map(|(p, _, _)| *p)
-            .unwrap_or_else(|| panic!("{program:?} was never started"))
-    }
-
-    fn started_count(&self, program: &str) -> usize {
-        self.spawned
-            .iter()
-            .filter(|(_, argv, k)| matches!(k, SpawnKind::Service(_)) && argv[0] == program)
-            .count()
-    }
-
-    fn entry(&mut self, name: &str) -> status::ServiceEntry {
-        self.core
-            .status()
-            .services
-            .into_iter()
-            .find(|s| s.name == name)
-            .unwrap()
-    }
 }
 
 /// `app` (main) and a `helper`.
@@ -82,7 +56,7 @@ fn pair(more: &str) -> Fake {
 #[test]
 fn a_restart_stops_the_helper_and_starts_it_again_and_leaves_the_main_service_alone() {
     let mut f = pair("");
-    let (app, helper) = (f.last("app"), f.last("helper"));
+    let (app, helper) = (f.pid_of("app"), f.pid_of("helper"));
     let (c, code, message) = f.restart("helper");
     assert_eq!(code, 0);
     assert_eq!(
@@ -91,11 +65,11 @@ fn a_restart_stops_the_helper_and_starts_it_again_and_leaves_the_main_service_al
     );
     assert_eq!(signalled(&c, helper), vec![Signal::SIGQUIT as i32]);
     assert!(signalled(&c, app).is_empty());
-    assert_eq!(f.entry("helper").state, "restarting");
+    assert_eq!(f.service_entry("helper").state, "restarting");
     let c = f.exit(helper, ExitStatus::Signal(Signal::SIGQUIT as i32));
     assert_eq!(spawns(&c), vec![SpawnKind::Service(ServiceId(1))]);
-    assert_eq!(f.started_count("app"), 1, "the main service keeps running");
-    let entry = f.entry("helper");
+    assert_eq!(f.starts("app"), 1, "the main service keeps running");
+    let entry = f.service_entry("helper");
     assert_eq!((entry.state.as_str(), entry.restarts), ("running", 1));
     assert_eq!(f.state(), (State::Ready, true));
 }
@@ -107,7 +81,7 @@ fn an_overlap_restart_starts_the_new_instance_before_the_old_one_stops() {
     ));
     f.tick();
     f.exit(f.job("probe"), OK);
-    let old = f.last("helper");
+    let old = f.pid_of("helper");
     let (c, code, message) = f.restart("helper");
     assert_eq!(code, 0, "{message}");
     assert!(
@@ -119,7 +93,7 @@ fn an_overlap_restart_starts_the_new_instance_before_the_old_one_stops() {
         signalled(&c, old).is_empty(),
         "the old one serves meanwhile"
     );
-    let new = f.last("helper");
+    let new = f.pid_of("helper");
     assert_ne!(new, old);
     let (_, code, message) = f.restart("helper");
     assert_eq!(
@@ -128,13 +102,13 @@ fn an_overlap_restart_starts_the_new_instance_before_the_old_one_stops() {
     );
     let c = f.exit(f.job("probe"), OK);
     assert_eq!(signalled(&c, old), vec![Signal::SIGQUIT as i32]);
-    assert_eq!(f.entry("helper").pid, Some(new.as_raw()));
+    assert_eq!(f.service_entry("helper").pid, Some(new.as_raw()));
 }
 
 #[test]
 fn a_signal_goes_to_the_serving_instance_of_that_service_and_names_its_pid() {
     let mut f = pair("process_group = true\n");
-    let (app, helper) = (f.last("app"), f.last("helper"));
+    let (app, helper) = (f.pid_of("app"), f.pid_of("helper"));
     let (c, code, message) = f.kill("helper", Signal::SIGUSR1 as i32);
     assert_eq!(
         (code, message),
@@ -172,7 +146,7 @@ fn an_unknown_name_is_answered_with_the_names_and_nothing_is_done() {
 #[test]
 fn a_service_that_is_not_running_gets_no_signal_and_the_answer_says_why() {
     let mut f = pair("restart = \"always\"\n");
-    f.exit(f.last("helper"), ExitStatus::Code(3));
+    f.exit(f.pid_of("helper"), ExitStatus::Code(3));
     let (c, code, message) = f.kill("helper", Signal::SIGHUP as i32);
     assert_eq!(
         (code, message.as_str()),
@@ -187,7 +161,7 @@ fn a_service_that_is_not_running_gets_no_signal_and_the_answer_says_why() {
 #[test]
 fn a_service_backing_off_after_a_crash_is_started_at_once() {
     let mut f = pair("restart = \"always\"\n");
-    f.exit(f.last("helper"), ExitStatus::Code(3));
+    f.exit(f.pid_of("helper"), ExitStatus::Code(3));
     assert!(f.core.deadline().is_some(), "its back-off");
     let (c, code, message) = f.restart("helper");
     assert_eq!(
@@ -209,9 +183,9 @@ fn a_finished_oneshot_runs_again_and_the_container_is_not_ready_meanwhile() {
          [[service]]\nname = \"app\"\ncommand = [\"app\"]\nafter = [\"migrate\"]\n",
     );
     f.tick();
-    f.exit(f.last("migrate"), OK);
+    f.exit(f.pid_of("migrate"), OK);
     assert_eq!(f.state(), (State::Ready, true));
-    let app = f.last("app");
+    let app = f.pid_of("app");
     let (c, code, message) = f.restart("migrate");
     assert_eq!(
         (code, message.as_str()),
@@ -220,34 +194,34 @@ fn a_finished_oneshot_runs_again_and_the_container_is_not_ready_meanwhile() {
     assert_eq!(spawns(&c), vec![SpawnKind::Service(ServiceId(0))]);
     assert!(signalled(&c, app).is_empty(), "what is after it runs on");
     assert!(!f.state().1, "a required oneshot that runs is not done");
-    f.exit(f.last("migrate"), OK);
-    assert_eq!(f.entry("migrate").state, "done");
+    f.exit(f.pid_of("migrate"), OK);
+    assert_eq!(f.service_entry("migrate").state, "done");
     assert_eq!(f.state(), (State::Ready, true));
-    assert_eq!(f.last("app"), app);
+    assert_eq!(f.pid_of("app"), app);
 }
 
 #[test]
 fn a_service_that_ended_and_is_not_required_is_started_again() {
     let mut f = pair("required = false\n");
-    f.exit(f.last("helper"), ExitStatus::Code(1));
-    assert_eq!(f.entry("helper").state, "ended");
+    f.exit(f.pid_of("helper"), ExitStatus::Code(1));
+    assert_eq!(f.service_entry("helper").state, "ended");
     let (c, code, message) = f.restart("helper");
     assert_eq!(
         (code, message.as_str()),
         (0, "starting helper now: it had ended (exit code 1)")
     );
     assert_eq!(spawns(&c), vec![SpawnKind::Service(ServiceId(1))]);
-    assert_eq!(f.entry("helper").state, "running");
+    assert_eq!(f.service_entry("helper").state, "running");
     // It ends again under its own policy, and the container goes on.
-    let c = f.exit(f.last("helper"), ExitStatus::Code(1));
+    let c = f.exit(f.pid_of("helper"), ExitStatus::Code(1));
     assert_eq!(exited(&c), None);
-    assert_eq!(f.entry("helper").state, "ended");
+    assert_eq!(f.service_entry("helper").state, "ended");
 }
 
 #[test]
 fn a_restart_under_way_is_not_started_twice() {
     let mut f = pair("");
-    let helper = f.last("helper");
+    let helper = f.pid_of("helper");
     f.restart("helper");
     let (c, code, message) = f.restart("helper");
     assert_eq!(
@@ -256,7 +230,7 @@ fn a_restart_under_way_is_not_started_twice() {
     );
     assert_eq!(c.len(), 1, "{c:?}");
     f.exit(helper, OK);
-    assert_eq!(f.started_count("helper"), 2, "one new instance");
+    assert_eq!(f.starts("helper"), 2, "one new instance");
 }
 
 const WATCHED_HELPER: &str = "\
@@ -270,7 +244,7 @@ fn a_service_down_until_its_config_passes_is_not_started_by_a_restart() {
     f.tick();
     f.content(0, 1);
     f.exit(f.job("check"), FAIL);
-    assert_eq!(f.started_count("helper"), 0);
+    assert_eq!(f.starts("helper"), 0);
     let (c, code, message) = f.restart("helper");
     assert_eq!(
         (code, message.as_str()),
@@ -288,7 +262,7 @@ fn a_running_service_whose_new_config_was_rejected_is_not_taken_down_by_a_restar
     f.tick();
     f.content(0, 1);
     f.exit(f.job("check"), OK);
-    let helper = f.last("helper");
+    let helper = f.pid_of("helper");
     f.content(0, 2);
     // Being checked: a new instance would read unchecked content.
     let (c, code, message) = f.restart("helper");
@@ -326,12 +300,12 @@ fn a_service_is_not_restarted_while_what_it_starts_after_is_not_ready() {
         )
     );
     f.send(Event::Notify {
-        chain: vec![f.last("db")],
+        chain: vec![f.pid_of("db")],
         message: Notification::parse(b"READY=1"),
     });
-    let app = f.last("app");
+    let app = f.pid_of("app");
     // db restarts; app runs on, and would wait for db if it stopped now.
-    f.exit(f.last("db"), ExitStatus::Code(1));
+    f.exit(f.pid_of("db"), ExitStatus::Code(1));
     let (c, code, message) = f.restart("app");
     assert_eq!(
         (code, message.as_str()),
@@ -347,7 +321,7 @@ fn a_service_is_not_restarted_while_what_it_starts_after_is_not_ready() {
 #[test]
 fn while_tend_stops_nothing_is_restarted_but_a_signal_still_reaches_a_service() {
     let mut f = pair("stop_timeout = \"30s\"\n");
-    let helper = f.last("helper");
+    let helper = f.pid_of("helper");
     f.signal(TERM);
     let (c, code, message) = f.restart("helper");
     assert_eq!(
@@ -364,7 +338,7 @@ fn while_tend_stops_nothing_is_restarted_but_a_signal_still_reaches_a_service() 
 #[test]
 fn a_restart_of_the_main_service_goes_the_way_of_a_restart_action() {
     let mut f = pair("");
-    let (app, helper) = (f.last("app"), f.last("helper"));
+    let (app, helper) = (f.pid_of("app"), f.pid_of("helper"));
     let (c, code, _) = f.restart("app");
     assert_eq!(code, 0);
     assert_eq!(signalled(&c, app), vec![TERM]);
@@ -372,7 +346,7 @@ fn a_restart_of_the_main_service_goes_the_way_of_a_restart_action() {
     let c = f.exit(app, ExitStatus::Signal(TERM));
     assert_eq!(exited(&c), None, "a restart does not end the container");
     assert_eq!(spawns(&c), vec![SpawnKind::Service(ServiceId(0))]);
-    assert_eq!(f.last("helper"), helper);
+    assert_eq!(f.pid_of("helper"), helper);
     assert_eq!(f.state(), (State::Ready, true));
 }
 
@@ -380,14 +354,14 @@ fn a_restart_of_the_main_service_goes_the_way_of_a_restart_action() {
 fn a_service_that_reloads_on_its_own_account_can_be_restarted() {
     let mut f = Fake::new(&format!("{PAIR}notify = true\n"));
     f.tick();
-    let helper = f.last("helper");
+    let helper = f.pid_of("helper");
     for message in [&b"READY=1"[..], b"RELOADING=1"] {
         f.send(Event::Notify {
             chain: vec![helper],
             message: Notification::parse(message),
         });
     }
-    assert_eq!(f.entry("helper").state, "reloading");
+    assert_eq!(f.service_entry("helper").state, "reloading");
     let (c, code, message) = f.restart("helper");
     assert_eq!(code, 0, "{message}");
     assert_eq!(signalled(&c, helper), vec![Signal::SIGQUIT as i32]);

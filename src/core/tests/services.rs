@@ -3,36 +3,6 @@
 
 use super::*;
 
-impl Fake {
-    /// The pid of the last instance of the service whose command is
-    /// `program`.
-    fn pid_of(&self, program: &str) -> Pid {
-        self.spawned
-            .iter()
-            .rev()
-            .find(|(_, argv, k)| matches!(k, SpawnKind::Service(_)) && argv[0] == program)
-            .map(|(p, _, _)| *p)
-            .unwrap_or_else(|| panic!("{program:?} was never started"))
-    }
-
-    fn starts(&self, program: &str) -> usize {
-        self.spawned
-            .iter()
-            .filter(|(_, argv, k)| matches!(k, SpawnKind::Service(_)) && argv[0] == program)
-            .count()
-    }
-
-    fn service_state(&mut self, name: &str) -> String {
-        self.core
-            .status()
-            .services
-            .into_iter()
-            .find(|s| s.name == name)
-            .unwrap_or_else(|| panic!("no service {name:?}"))
-            .state
-    }
-}
-
 /// `migrate` (a oneshot), then `app` (main), then `web` after `app`.
 const CHAIN: &str = "\
 [[service]]\nname = \"migrate\"\ncommand = [\"migrate\"]\noneshot = true\n\
