@@ -24,6 +24,7 @@ use crate::sockets::SocketSpec;
 mod duration;
 mod host;
 
+pub use crate::users::User;
 pub use duration::{format_duration, parse_duration};
 pub use host::Place;
 
@@ -118,47 +119,6 @@ impl Output {
         match self {
             Output::Inherit => "inherit",
             Output::Prefix => "prefix",
-        }
-    }
-}
-
-/// `user`: a name from the image's /etc/passwd, or numeric ids.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum User {
-    Name(String),
-    Ids { uid: u32, gid: u32 },
-}
-
-impl User {
-    fn parse(text: &str) -> Result<User, String> {
-        if let Some((uid, gid)) = text.split_once(':') {
-            let id = |s: &str| s.parse::<u32>().ok().filter(|_| !s.starts_with('+'));
-            return match (id(uid), id(gid)) {
-                (Some(uid), Some(gid)) => Ok(User::Ids { uid, gid }),
-                _ => Err(format!(
-                    "`user` {text:?} is neither a user name nor numeric \"UID:GID\" (like \"101:101\")"
-                )),
-            };
-        }
-        let valid = !text.is_empty()
-            && !text.starts_with('-')
-            && text
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '$'));
-        if !valid {
-            return Err(format!(
-                "`user` {text:?} is not a user name: use a name from the image's /etc/passwd, or \"UID:GID\""
-            ));
-        }
-        Ok(User::Name(text.to_string()))
-    }
-}
-
-impl fmt::Display for User {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            User::Name(n) => f.write_str(n),
-            User::Ids { uid, gid } => write!(f, "{uid}:{gid}"),
         }
     }
 }

@@ -12,12 +12,6 @@
 //! static PID 1 makes no DNS query.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::time::{Duration, Instant};
-
-use nix::errno::Errno;
-use nix::poll::{PollFd, PollTimeout, poll};
-
-use crate::http_client::Call;
 
 /// A reload endpoint: where, and with which method.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,29 +100,6 @@ fn split_host_port(authority: &str) -> Option<(&str, u16)> {
         None => 80,
     };
     Some((host, port))
-}
-
-/// Calls `endpoint` and waits for the outcome (at most `timeout`): the
-/// status code and ": first line of the body". The loop never waits like
-/// this: it polls [`Call`]s with everything else (see `http_client`).
-/// Public for the fuzz target that plays the endpoint.
-pub fn call(endpoint: &Endpoint, timeout: Duration) -> Result<(u16, String), String> {
-    let mut call = Call::start(endpoint, timeout, Instant::now())?;
-    loop {
-        if let Some(outcome) = call.advance() {
-            return outcome;
-        }
-        let left = call.deadline().saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return call.expire();
-        }
-        let mut fds = [PollFd::new(call.fd(), call.interest())];
-        let wait = PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX);
-        match poll(&mut fds, wait) {
-            Ok(_) | Err(Errno::EINTR) => {}
-            Err(e) => return Err(format!("poll() failed: {e}")),
-        }
-    }
 }
 
 pub(crate) enum Incomplete {
@@ -246,7 +217,9 @@ pub(crate) fn first_line(body: &[u8], partial: bool) -> Option<&[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http_client::call;
     use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
 
     #[test]
     fn endpoints_are_plain_http_to_an_address() {

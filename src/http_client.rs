@@ -20,7 +20,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use nix::poll::PollFlags;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{
     AddressFamily, MsgFlags, SockFlag, SockType, SockaddrIn, SockaddrIn6, connect, send, socket,
 };
@@ -313,6 +313,29 @@ impl Calls {
             }
         }
         finished
+    }
+}
+
+/// Calls `endpoint` and waits for the outcome (at most `timeout`): the
+/// status code and ": first line of the body". The loop never waits like
+/// this: it polls [`Call`]s with everything else.
+/// Public for the fuzz target that plays the endpoint.
+pub fn call(endpoint: &Endpoint, timeout: Duration) -> Result<(u16, String), String> {
+    let mut call = Call::start(endpoint, timeout, Instant::now())?;
+    loop {
+        if let Some(outcome) = call.advance() {
+            return outcome;
+        }
+        let left = call.deadline().saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return call.expire();
+        }
+        let mut fds = [PollFd::new(call.fd(), call.interest())];
+        let wait = PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX);
+        match poll(&mut fds, wait) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(e) => return Err(format!("poll() failed: {e}")),
+        }
     }
 }
 

@@ -5,9 +5,49 @@
 //! What login would set is set: the uid, the primary gid and every group
 //! that lists the user, and HOME, USER and LOGNAME.
 
+use std::fmt;
 use std::path::Path;
 
-use crate::config::User;
+/// `user`: a name from the image's /etc/passwd, or numeric ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum User {
+    Name(String),
+    Ids { uid: u32, gid: u32 },
+}
+
+impl User {
+    pub(crate) fn parse(text: &str) -> Result<User, String> {
+        if let Some((uid, gid)) = text.split_once(':') {
+            let id = |s: &str| s.parse::<u32>().ok().filter(|_| !s.starts_with('+'));
+            return match (id(uid), id(gid)) {
+                (Some(uid), Some(gid)) => Ok(User::Ids { uid, gid }),
+                _ => Err(format!(
+                    "`user` {text:?} is neither a user name nor numeric \"UID:GID\" (like \"101:101\")"
+                )),
+            };
+        }
+        let valid = !text.is_empty()
+            && !text.starts_with('-')
+            && text
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '$'));
+        if !valid {
+            return Err(format!(
+                "`user` {text:?} is not a user name: use a name from the image's /etc/passwd, or \"UID:GID\""
+            ));
+        }
+        Ok(User::Name(text.to_string()))
+    }
+}
+
+impl fmt::Display for User {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            User::Name(n) => f.write_str(n),
+            User::Ids { uid, gid } => write!(f, "{uid}:{gid}"),
+        }
+    }
+}
 
 /// A user as the service gets it.
 #[derive(Debug, Clone, PartialEq, Eq)]

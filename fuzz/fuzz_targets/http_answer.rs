@@ -1,6 +1,6 @@
 //! What a reload endpoint answers to `on_change = "http"`: a real endpoint
 //! on loopback sends the input's bytes, in the input's pieces, to the
-//! action's client (`http_action::call`), then closes the connection.
+//! action's client (`http_client::call`), then closes the connection.
 //!
 //! Input: a flags byte (bits 0-1: the method, POST, GET, HEAD or PUT; bit
 //! 2: close with a reset instead of a FIN), then pieces as in
@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use nix::sys::socket::{setsockopt, sockopt};
-use tend::http_action::{self, Endpoint};
+use tend::http_action::Endpoint;
+use tend::http_client;
 
 /// What the endpoint sends next: the pieces, and whether to reset.
 type Script = (Vec<Vec<u8>>, bool);
@@ -87,7 +88,7 @@ fuzz_target!(|data: &[u8]| {
     let url = format!("http://127.0.0.1:{}/-/reload", peer.port);
     let endpoint = Endpoint::parse(method, &url).unwrap();
     peer.scripts.lock().unwrap().send((pieces, reset)).unwrap();
-    match http_action::call(&endpoint, Duration::from_secs(10)) {
+    match http_client::call(&endpoint, Duration::from_secs(10)) {
         Ok((code, line)) => {
             // Three digits ("050" is 50: not a success, which is right).
             assert!(code < 1000, "code {code}");
