@@ -25,3 +25,4 @@ pub mod text;
 pub mod time;
 pub mod users;
 pub mod watch;
+pub mod writable;

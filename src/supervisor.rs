@@ -213,6 +213,9 @@ impl Supervisor {
 
     /// Runs until tend should exit, and returns its exit code.
     pub fn run(mut self) -> anyhow::Result<i32> {
+        // "starting", before any service starts: a directory the files
+        // cannot be written in is logged before tend could say it is ready.
+        self.publish(clock().mono);
         let mut events = VecDeque::from([Event::Tick]);
         loop {
             let now = clock();
@@ -447,6 +450,7 @@ impl Supervisor {
 
     fn publish(&mut self, now: Instant) {
         if self.publishes {
+            self.core.set_files_problem(self.readiness.problem());
             self.readiness.publish(self.core.status(), now);
         }
     }
@@ -599,7 +603,12 @@ impl Supervisor {
             };
             match page {
                 Page::Ready => {
-                    let (ready, line) = probe::verdict(status);
+                    // The verdict is the services'; the files that failed
+                    // are what `tend probe` reads, said here too.
+                    let (ready, mut line) = probe::verdict(status);
+                    if let Some(problem) = readiness.problem() {
+                        line = format!("{line}; {problem}");
+                    }
                     Reply::text(if ready { 200 } else { 503 }, &line)
                 }
                 Page::Status => Reply {

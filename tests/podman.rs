@@ -275,7 +275,12 @@ impl Container {
 
     /// Its output so far, stdout and stderr.
     fn logs(&self) -> String {
-        let out = podman_output(&["logs", &self.name]);
+        Container::logs_of(&self.name)
+    }
+
+    /// The output so far of container `name`, stdout and stderr.
+    fn logs_of(name: &str) -> String {
+        let out = podman_output(&["logs", name]);
         format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
@@ -496,11 +501,14 @@ fn a_locked_down_container_keeps_its_readiness_files_on_a_tmpfs() {
     let publish = format!("127.0.0.1:{port}:8080");
     // As examples/nginx/kubernetes.yaml runs it: not root, a read-only root,
     // no capabilities, no privilege escalation, and writable tmpfs (the
-    // manifest's emptyDirs) at /run/tend and /tmp only.
+    // manifest's emptyDirs) at /run/tend and /tmp only: not podman's own at
+    // /run, which a pod has not either (podman 4.3 copies the image's /run
+    // into it without the directories' write bits for group and others).
     let mut options: Vec<String> = [
         "--user",
         "65534",
         "--read-only",
+        "--read-only-tmpfs=false",
         "--tmpfs",
         "/run/tend",
         "--tmpfs",
@@ -526,7 +534,9 @@ fn a_locked_down_container_keeps_its_readiness_files_on_a_tmpfs() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(
         out,
-        "65534\n65534 644 /run/tend/ready\n65534 644 /run/tend/status.json\n"
+        "65534\n65534 644 /run/tend/ready\n65534 644 /run/tend/status.json\n\
+         65534 600 /run/tend/status.json.sock\n",
+        "the readiness files, and the control socket for tend's user only"
     );
     let (code, mounts, _) = c.exec(&["cat", "/proc/mounts"]);
     assert_eq!(code, 0);
@@ -560,6 +570,121 @@ fn a_locked_down_container_keeps_its_readiness_files_on_a_tmpfs() {
     let (took, code) = c.stop(30);
     assert_eq!(code, 0);
     assert!(took < secs(10.0), "podman stop took {took:?}");
+}
+
+/// tend's log lines at `level` in `logs` (nginx's own lines have other
+/// shapes).
+fn tend_lines<'a>(logs: &'a str, level: &str) -> Vec<&'a str> {
+    logs.lines()
+        .filter(|l| l.split_whitespace().nth(1) == Some(level))
+        .collect()
+}
+
+#[test]
+#[ignore = "runs in podman: sudo scripts/test-podman"]
+fn the_example_image_runs_with_nothing_but_a_published_port_as_its_user_and_as_root() {
+    images();
+    // The image's own user (USER 101), then root: what `docker run -p` and
+    // `docker run --user 0 -p` give it, and nothing else.
+    for (name, user, uid) in [("as-is", None, "101"), ("as-root", Some("0"), "0")] {
+        let port = free_port();
+        let publish = format!("127.0.0.1:{port}:8080");
+        let mut options = vec!["-p", publish.as_str()];
+        if let Some(user) = user {
+            options.extend(["--user", user]);
+        }
+        let c = Container::run(name, &options, WEB, &[]);
+        wait_served(port, "hello from v1", secs(60.0));
+        wait_slow("tend probe to say ready", secs(10.0), || {
+            let (code, line) = c.probe();
+            (code == 0).then_some(line)
+        });
+        assert_eq!(c.probe(), (0, "ready (state ready)\n".to_string()));
+        let (code, out, err) = c.exec(&["sh", "-c", "id -u; stat -c '%u %a' /run/tend"]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(out, format!("{uid}\n0 1777\n"), "{name}");
+        let logs = c.logs();
+        assert_eq!(
+            tend_lines(&logs, "ERROR"),
+            Vec::<&str>::new(),
+            "{name}: {logs}"
+        );
+        assert_eq!(
+            tend_lines(&logs, "WARN"),
+            Vec::<&str>::new(),
+            "{name}: {logs}"
+        );
+        assert!(
+            tend_lines(&logs, "INFO")
+                .iter()
+                .any(|l| l.ends_with(" ready")),
+            "{name}: {logs}"
+        );
+        let (took, code) = c.stop(30);
+        assert_eq!(code, 0, "{name}: nginx's exit code");
+        assert!(took < secs(10.0), "podman stop took {took:?}");
+    }
+}
+
+#[test]
+#[ignore = "runs in podman: sudo scripts/test-podman"]
+fn a_read_only_root_without_a_volume_gets_the_reason_and_the_fix_from_log_and_probe() {
+    images();
+    let port = free_port();
+    let publish = format!("127.0.0.1:{port}:8080");
+    // readOnlyRootFilesystem with an emptyDir for nginx's /tmp and none for
+    // /run/tend: podman's own tmpfs at /run is left out, as a pod has none.
+    let c = Container::run(
+        "read-only",
+        &[
+            "--read-only",
+            "--read-only-tmpfs=false",
+            "--tmpfs",
+            "/tmp",
+            "-p",
+            &publish,
+        ],
+        WEB,
+        &[],
+    );
+    wait_served(port, "hello from v1", secs(60.0));
+    let fix = "/run/tend is on a read-only file system: mount a writable directory there (an \
+               emptyDir in Kubernetes, --tmpfs /run/tend with docker or podman run)";
+    let line = wait_slow("tend probe to say why", secs(10.0), || {
+        let (code, line) = c.probe();
+        (code == 1 && line.contains("cannot write")).then_some(line)
+    });
+    assert_eq!(
+        line,
+        format!(
+            "not ready: tend cannot write /run/tend/status.json: uid 101 cannot write in \
+             /run/tend: Read-only file system (os error 30); {fix}\n"
+        )
+    );
+    let logs = c.logs();
+    let errors = tend_lines(&logs, "ERROR");
+    assert!(
+        errors
+            .iter()
+            .any(|l| l.contains("the readiness files cannot be written")
+                && l.contains("Read-only file system")
+                && l.contains(fix)),
+        "{logs}"
+    );
+    assert!(
+        !tend_lines(&logs, "INFO")
+            .iter()
+            .any(|l| l.ends_with(" ready")),
+        "no plain \"ready\": {logs}"
+    );
+    assert!(
+        tend_lines(&logs, "WARN")
+            .iter()
+            .any(|l| l.contains("ready, but `tend probe` says not ready") && l.contains(fix)),
+        "{logs}"
+    );
+    let (_, code) = c.stop(30);
+    assert_eq!(code, 0, "nginx's exit code");
 }
 
 /// examples/fat-container's `file`.
