@@ -11,6 +11,7 @@ pub mod core;
 pub mod envfile;
 pub mod http_action;
 pub mod http_server;
+pub mod install;
 pub mod log;
 pub mod notify;
 pub mod probe;

@@ -16,7 +16,7 @@ use tracing::level_filters::LevelFilter;
 use tend::cli::{self, Cli, Mode, Parsed};
 use tend::config::{self, Config, ConfigError, Place};
 use tend::http_server::HttpServer;
-use tend::{control, http_action, log, probe, show, signals, sockets, supervisor};
+use tend::{control, http_action, install, log, probe, show, signals, sockets, supervisor};
 
 /// Why tend stopped before or instead of running the service.
 enum Failure {
@@ -113,6 +113,10 @@ fn tend_main() -> i32 {
 }
 
 fn run(cli: Cli) -> Result<i32, Failure> {
+    // Needs no config: an init container has none.
+    if cli.mode == Some(Mode::Install) {
+        return Ok(install::run(Path::new(&cli.operands[0])));
+    }
     let asked =
         cli.config.is_some() || std::env::var_os("TEND_CONFIG").is_some_and(|p| !p.is_empty());
     let config_path = find_config(cli.config)?;
@@ -155,6 +159,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
                 show::status(&config.readiness).map_err(Failure::Usage)
             }
         }
+        Some(Mode::Install) => unreachable!("handled above"),
         Some(mode @ (Mode::Signal | Mode::Restart)) => {
             let Some(path) = config_path else {
                 return Err(Failure::Usage(format!(
