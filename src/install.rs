@@ -6,7 +6,7 @@
 //! name beside the target (O_EXCL|O_NOFOLLOW), written, made 0755, synced,
 //! then renamed over DIR/tend, so a container that starts from DIR never
 //! finds half a binary, and a second install (an init container run again)
-//! replaces the first in one step.
+//! replaces the first in one step and removes what a killed one left.
 
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions, Permissions};
@@ -81,6 +81,7 @@ pub fn copy_into(source: &mut File, dir: &Path) -> Result<(PathBuf, u64), String
         // Its message names the call and the directory.
         return Err(fail(String::new(), &e));
     }
+    remove_leftovers(dir);
     let mut name = OsString::from(".tend.");
     name.push(format!(
         "{:016x}.tmp",
@@ -133,6 +134,26 @@ pub fn copy_into(source: &mut File, dir: &Path) -> Result<(PathBuf, u64), String
     }
 }
 
+/// Removes the temporary files an install killed in the middle left in
+/// `dir` (regular files named exactly as `copy_into` names them): an init
+/// container run again does not pile them up in its emptyDir.
+fn remove_leftovers(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let ours = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(".tend.")?.strip_suffix(".tmp"))
+            .is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()));
+        if ours && entry.file_type().is_ok_and(|t| t.is_file()) {
+            // Best effort: what is left only takes room.
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,6 +202,31 @@ mod tests {
         assert_eq!(fs::read_to_string(&victim).unwrap(), "precious");
         assert!(!fs::symlink_metadata(dir.join("tend")).unwrap().is_symlink());
         assert_eq!(names(&dir), ["tend"]);
+    }
+
+    #[test]
+    fn what_an_install_killed_in_the_middle_left_is_removed_and_nothing_else() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("bin");
+        fs::create_dir(&dir).unwrap();
+        for name in [
+            ".tend.0123456789abcdef.tmp",
+            ".tend.tmp",
+            "app.0123456789abcdef.tmp",
+        ] {
+            fs::write(dir.join(name), "x").unwrap();
+        }
+        fs::create_dir(dir.join(".tend.fedcba9876543210.tmp")).unwrap();
+        copy_into(&mut source(d.path(), b"tend"), &dir).unwrap();
+        assert_eq!(
+            names(&dir),
+            [
+                ".tend.fedcba9876543210.tmp",
+                ".tend.tmp",
+                "app.0123456789abcdef.tmp",
+                "tend"
+            ]
+        );
     }
 
     #[test]
