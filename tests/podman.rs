@@ -17,6 +17,12 @@
 //! - `podman run -it` in a terminal (tmux): Ctrl-C reaches the shell's job
 //!   and not the shell, or ends a service that does not handle it, and a
 //!   plain init prints nothing into the terminal.
+//! - The example image with nothing but `-p`, as its user and as root; and
+//!   with a read-only root and no volume for its readiness files, where the
+//!   log and `tend probe` say why and the fix.
+//! - The examples' Kubernetes manifests under `podman kube play` (see the
+//!   section at the end): each pod serves, its readiness probes pass, and a
+//!   stop ends it with its service's status.
 //!
 //! They need root, podman, runc, tmux and the base images that
 //! `scripts/test-podman` builds, so they are ignored by a plain `cargo test`
@@ -29,7 +35,8 @@
 //! holding the static tend that this machine built with the Dockerfile's own
 //! `cargo build` line, and its `FROM nginx:...` with the local base image (a
 //! Debian bookworm root with nginx-light, see scripts/test-podman). Every
-//! other line of the Dockerfile runs as written.
+//! other line of the Dockerfile runs as written. The examples' Dockerfiles
+//! are built the same way.
 
 mod common;
 
