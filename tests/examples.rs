@@ -239,7 +239,10 @@ fn the_dockerfile_builds_a_static_binary_that_runs_in_an_empty_root() {
     wait_for("not ready", secs(5.0), || {
         (!root.join("run/tend/ready").exists()).then_some(())
     });
-    assert_eq!(in_root(&["probe", "--config", "/supervisor.toml"]).0, 1);
+    // The ready file goes first, the status file the probe reads just after.
+    wait_for("tend probe to say not ready", secs(5.0), || {
+        (in_root(&["probe", "--config", "/supervisor.toml"]).0 == 1).then_some(())
+    });
     tend.signal(Signal::SIGTERM);
     assert_eq!(
         tend.wait(secs(10.0)),
