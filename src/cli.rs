@@ -16,6 +16,7 @@ Usage:
   tend status [--config PATH]                  print the status file for a person
   tend signal [--config PATH] NAME SIG         send a signal to service NAME
   tend restart [--config PATH] NAME            restart service NAME
+  tend install DIR                             copy tend to DIR/tend (for an init container)
   tend help [SUBCOMMAND] | version";
 
 const HELP: &str = "\
@@ -96,6 +97,22 @@ line says why: a restart already under way, the service waits for its config,
 tend is not running, permission denied), 2 for a usage error, an unknown
 service, or a config without status_file.";
 
+const INSTALL_HELP: &str = "\
+Usage: tend install DIR
+
+Copies this tend's own binary to DIR/tend (mode 0755), creating DIR when it
+is missing: for an init container that puts tend into an emptyDir, so that
+an image built without tend runs it as its command:
+
+  initContainers:   image: (an image with tend)   args: [\"install\", \"/tend\"]
+  containers:       command: [\"/tend/tend\", \"--\", (the image's ENTRYPOINT)]
+
+The copy is written under a temporary name, synced, then renamed into place:
+a container never sees half a binary, and installing again replaces it.
+Needs no config. Exit status: 0 when installed, 1 when not (the line says
+why: a read-only or full DIR, one tend's user cannot write), 2 for a usage
+error.";
+
 /// `tend 0.1.0 (commit 1a2b3c4)`; the commit comes from build.rs.
 pub fn version() -> String {
     format!(
@@ -157,6 +174,7 @@ pub enum Mode {
     Status,
     Signal,
     Restart,
+    Install,
 }
 
 impl Mode {
@@ -167,6 +185,7 @@ impl Mode {
             "status" => Some(Mode::Status),
             "signal" => Some(Mode::Signal),
             "restart" => Some(Mode::Restart),
+            "install" => Some(Mode::Install),
             _ => None,
         }
     }
@@ -178,6 +197,7 @@ impl Mode {
             Mode::Status => STATUS_HELP,
             Mode::Signal => SIGNAL_HELP,
             Mode::Restart => RESTART_HELP,
+            Mode::Install => INSTALL_HELP,
         }
     }
 
@@ -186,6 +206,7 @@ impl Mode {
         match self {
             Mode::Signal => &["NAME", "SIG"],
             Mode::Restart => &["NAME"],
+            Mode::Install => &["DIR"],
             _ => &[],
         }
     }
@@ -197,6 +218,7 @@ impl Mode {
             Mode::Status => "status",
             Mode::Signal => "signal",
             Mode::Restart => "restart",
+            Mode::Install => "install",
         }
     }
 }

@@ -16,7 +16,7 @@ use tracing::level_filters::LevelFilter;
 use tend::cli::{self, Cli, Mode, Parsed};
 use tend::config::{self, Config, ConfigError, Place};
 use tend::http_server::HttpServer;
-use tend::{control, log, output, probe, show, signals, sockets, supervisor};
+use tend::{control, install, log, output, probe, show, signals, sockets, supervisor};
 
 /// Why tend stopped before or instead of running the service.
 enum Failure {
@@ -108,6 +108,10 @@ fn tend_main() -> i32 {
 }
 
 fn run(cli: Cli) -> Result<i32, Failure> {
+    // Needs no config: an init container has none.
+    if cli.mode == Some(Mode::Install) {
+        return Ok(install::run(Path::new(&cli.operands[0])));
+    }
     let asked =
         cli.config.is_some() || std::env::var_os("TEND_CONFIG").is_some_and(|p| !p.is_empty());
     let config_path = find_config(cli.config)?;
@@ -156,6 +160,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
                 show::status(&config.readiness).map_err(Failure::Usage)
             }
         }
+        Some(Mode::Install) => unreachable!("handled above"),
         Some(mode @ (Mode::Signal | Mode::Restart)) => {
             let Some(path) = config_path else {
                 return Err(Failure::Usage(format!(

@@ -29,6 +29,8 @@ pub fn probe(readiness: &config::Readiness) -> Result<i32, String> {
 fn from_ready_file(file: &Path) -> (bool, String) {
     if file.exists() {
         (true, "ready".into())
+    } else if let Some(why) = unwritable(file) {
+        (false, why)
     } else {
         (
             false,
@@ -41,9 +43,12 @@ fn from_status(path: &Path) -> (bool, String) {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) => {
+            let why = (e.kind() == std::io::ErrorKind::NotFound)
+                .then(|| unwritable(path))
+                .flatten();
             return (
                 false,
-                format!("not ready: cannot read {}: {e}", path.display()),
+                why.unwrap_or_else(|| format!("not ready: cannot read {}: {e}", path.display())),
             );
         }
     };
@@ -60,6 +65,13 @@ fn from_status(path: &Path) -> (bool, String) {
         }
     };
     verdict(&status)
+}
+
+/// A file tend writes is not there: the line, when tend (as this user)
+/// could not have written it.
+fn unwritable(file: &Path) -> Option<String> {
+    crate::writable::diagnose(file)
+        .map(|why| format!("not ready: tend cannot write {}: {why}", file.display()))
 }
 
 /// Whether `status` is ready, and the line that says so or why not: what

@@ -32,10 +32,19 @@ pub fn status(readiness: &config::Readiness) -> Result<i32, String> {
 
 fn read(path: &Path) -> Result<Status, String> {
     let text = std::fs::read_to_string(path).map_err(|e| {
-        format!(
-            "cannot read {}: {e} (is tend running with this config?)",
-            path.display()
-        )
+        let why = (e.kind() == std::io::ErrorKind::NotFound)
+            .then(|| crate::writable::diagnose(path))
+            .flatten();
+        match why {
+            Some(why) => format!(
+                "cannot read {}: {e}; tend cannot write it: {why}",
+                path.display()
+            ),
+            None => format!(
+                "cannot read {}: {e} (is tend running with this config?)",
+                path.display()
+            ),
+        }
     })?;
     serde_json::from_str(&text)
         .map_err(|e| format!("{} is not a tend status file: {e}", path.display()))

@@ -54,6 +54,8 @@ pub struct ReadinessFiles {
     /// What the status file says (without `updated_at`).
     status_written: Option<Status>,
     retry: Option<Retry>,
+    /// Why the last write failed, and the fix, while it does.
+    problem: Option<String>,
 }
 
 /// A write failed: try again at `at`; the one after waits `next`.
@@ -79,6 +81,7 @@ impl ReadinessFiles {
             ready_written: None,
             status_written: None,
             retry: None,
+            problem: None,
         }
     }
 
@@ -98,7 +101,7 @@ impl ReadinessFiles {
         self.write(now);
     }
 
-    /// Changes whenever the status published does.
+    /// Changes whenever the status published does, or whether it is written.
     pub fn generation(&self) -> u64 {
         self.generation
     }
@@ -117,6 +120,11 @@ impl ReadinessFiles {
     /// When a failed write is to be tried again; None when nothing failed.
     pub fn deadline(&self) -> Option<Instant> {
         self.retry.map(|r| r.at)
+    }
+
+    /// Why the files are not written, and the fix, while a write fails.
+    pub fn problem(&self) -> Option<&str> {
+        self.problem.as_deref()
     }
 
     /// Tries the failed writes again once their deadline has come.
@@ -142,12 +150,13 @@ impl ReadinessFiles {
         let Some(wanted) = self.wanted.clone() else {
             return;
         };
-        let mut errors = Vec::new();
+        // Each failure, with the file it was for.
+        let mut errors: Vec<(PathBuf, io::Error)> = Vec::new();
         // The ready file goes last when tend becomes ready and first when it
         // stops being ready, so a reader of both never sees a ready file next
         // to a status that says otherwise.
         let ready = wanted.ready;
-        let ready_file = |this: &mut Self, errors: &mut Vec<io::Error>| {
+        let ready_file = |this: &mut Self, errors: &mut Vec<(PathBuf, io::Error)>| {
             if let Some(f) = &this.file
                 && this.ready_written != Some(ready)
             {
@@ -158,7 +167,7 @@ impl ReadinessFiles {
                 };
                 match result {
                     Ok(()) => this.ready_written = Some(ready),
-                    Err(e) => errors.push(e),
+                    Err(e) => errors.push((f.clone(), e)),
                 }
             }
         };
@@ -170,7 +179,7 @@ impl ReadinessFiles {
         {
             match write_atomically(f, &render(&wanted, &self.updated_at)) {
                 Ok(()) => self.status_written = Some(wanted.clone()),
-                Err(e) => errors.push(e),
+                Err(e) => errors.push((f.clone(), e)),
             }
         }
         if ready {
@@ -180,16 +189,20 @@ impl ReadinessFiles {
             (true, None) => {}
             (true, Some(_)) => {
                 self.retry = None;
+                self.problem = None;
+                self.generation += 1;
                 tracing::info!("the readiness files are written again");
             }
             (false, previous) => {
                 let wait = previous.map_or(RETRY_FIRST, |r| r.next);
                 if previous.is_none() {
-                    let errors: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+                    let problem = explain(&errors);
                     tracing::error!(
-                        "{}; retrying from {wait:?} to every {RETRY_MAX:?} until it works",
-                        errors.join("; ")
+                        "{problem}; until then `tend probe` says not ready; retrying from \
+                         {wait:?} to every {RETRY_MAX:?} until it works"
                     );
+                    self.problem = Some(problem);
+                    self.generation += 1;
                 }
                 self.retry = Some(Retry {
                     at: now + wait,
@@ -198,6 +211,29 @@ impl ReadinessFiles {
             }
         }
     }
+}
+
+/// What failed, file by file, and the fix for each directory.
+fn explain(errors: &[(PathBuf, io::Error)]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut fixes: Vec<String> = Vec::new();
+    for (file, e) in errors {
+        let dir = file.parent().unwrap_or(Path::new("."));
+        // Both files in one directory often fail alike: said once.
+        for (part, list) in [
+            (Some(e.to_string()), &mut parts),
+            (crate::writable::fix(dir, e.kind()), &mut fixes),
+        ] {
+            if let Some(part) = part.filter(|p| !list.contains(p)) {
+                list.push(part);
+            }
+        }
+    }
+    parts.extend(fixes);
+    format!(
+        "the readiness files cannot be written: {}",
+        parts.join("; ")
+    )
 }
 
 /// The status file's bytes: `status` stamped with `updated_at`.

@@ -253,6 +253,9 @@ impl Supervisor {
 
     /// Runs until tend should exit, and returns its exit code.
     pub fn run(mut self) -> anyhow::Result<i32> {
+        // "starting", before any service starts: a directory the files
+        // cannot be written in is logged before tend could say it is ready.
+        self.publish(clock().mono);
         let mut events = VecDeque::from([Event::Tick]);
         loop {
             let now = clock();
@@ -520,6 +523,7 @@ impl Supervisor {
 
     fn publish(&mut self, now: Instant) {
         if self.publishes {
+            self.core.set_files_problem(self.readiness.problem());
             let mut status = self.core.status();
             self.output.fill_status(&mut status, now);
             self.readiness.publish(status, now);
@@ -711,7 +715,12 @@ impl Supervisor {
             };
             match page {
                 Page::Ready => {
-                    let (ready, line) = probe::verdict(status);
+                    // The verdict is the services'; the files that failed
+                    // are what `tend probe` reads, said here too.
+                    let (ready, mut line) = probe::verdict(status);
+                    if let Some(problem) = readiness.problem() {
+                        line = format!("{line}; {problem}");
+                    }
                     Reply::text(if ready { 200 } else { 503 }, &line)
                 }
                 Page::Status => Reply {

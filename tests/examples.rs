@@ -68,8 +68,14 @@ fn every_manifest_probes_with_tend_mounts_whole_volumes_and_outlasts_stop_timeou
         let manifest = fs::read_to_string(dir.join("kubernetes.yaml")).unwrap();
         let name = dir.display();
         assert!(manifest.contains("readinessProbe:"), "{name}");
+        // tend is in the image, or an init container installs it.
+        let tend = if installs_tend(&manifest) {
+            "/tend/tend"
+        } else {
+            "/usr/local/bin/tend"
+        };
         assert!(
-            manifest.contains("[\"/usr/local/bin/tend\", \"probe\""),
+            manifest.contains(&format!("[\"{tend}\", \"probe\"")),
             "{name}: the probe runs tend probe"
         );
         let code: Vec<&str> = manifest
@@ -109,6 +115,11 @@ fn every_manifest_probes_with_tend_mounts_whole_volumes_and_outlasts_stop_timeou
             }
         }
     }
+}
+
+/// Whether an init container of the manifest installs tend into /tend.
+fn installs_tend(manifest: &str) -> bool {
+    manifest.contains("initContainers:") && manifest.contains("args: [\"install\", \"/tend\"]")
 }
 
 /// What `check-config` prints as the longest a stop can take.
@@ -228,7 +239,10 @@ fn the_dockerfile_builds_a_static_binary_that_runs_in_an_empty_root() {
     wait_for("not ready", secs(5.0), || {
         (!root.join("run/tend/ready").exists()).then_some(())
     });
-    assert_eq!(in_root(&["probe", "--config", "/supervisor.toml"]).0, 1);
+    // The ready file goes first, the status file the probe reads just after.
+    wait_for("tend probe to say not ready", secs(5.0), || {
+        (in_root(&["probe", "--config", "/supervisor.toml"]).0 == 1).then_some(())
+    });
     tend.signal(Signal::SIGTERM);
     assert_eq!(
         tend.wait(secs(10.0)),
@@ -238,13 +252,20 @@ fn the_dockerfile_builds_a_static_binary_that_runs_in_an_empty_root() {
 }
 
 /// The example's image: its own Dockerfile; nginx's is also Dockerfile.example.
+/// Not an image of tend alone, which an init container installs from.
 fn dockerfiles() -> Vec<(PathBuf, PathBuf)> {
     let mut files: Vec<(PathBuf, PathBuf)> = examples()
         .into_iter()
+        .filter(|dir| !is_tend_alone(&fs::read_to_string(dir.join("Dockerfile")).unwrap()))
         .map(|dir| (dir.join("Dockerfile"), dir))
         .collect();
     files.push((repo("Dockerfile.example"), repo("examples/nginx")));
     files
+}
+
+/// A Dockerfile whose image holds tend and nothing else.
+fn is_tend_alone(dockerfile: &str) -> bool {
+    dockerfile.lines().any(|l| l == "FROM scratch")
 }
 
 /// The lines of the `FROM rust... AS tend` stage, up to the next FROM.
@@ -611,5 +632,81 @@ fn the_tls_secret_holds_a_certificate_and_its_key() {
         openssl(&["x509", "-noout", "-pubkey", "-in"], &crt),
         openssl(&["pkey", "-pubout", "-in"], &key),
         "the key is the certificate's"
+    );
+}
+
+/// The block under `key: |` in the manifest, without its indentation.
+fn literal_block(manifest: &str, key: &str) -> String {
+    let mut lines = manifest.lines();
+    let head = lines
+        .find(|l| l.trim() == format!("{key}: |"))
+        .unwrap_or_else(|| panic!("no {key}: | in the manifest"));
+    let indent = head.len() - head.trim_start().len() + 2;
+    let mut block = String::new();
+    for line in lines {
+        if !line.is_empty() && line.len() - line.trim_start().len() < indent {
+            break;
+        }
+        block.push_str(line.get(indent..).unwrap_or(""));
+        block.push('\n');
+    }
+    block
+}
+
+#[test]
+fn the_any_image_example_installs_tend_from_an_image_of_its_own_and_runs_the_images_entrypoint() {
+    let dir = repo("examples/any-image");
+    let dockerfile = fs::read_to_string(dir.join("Dockerfile")).unwrap();
+    let example = fs::read_to_string(repo("Dockerfile.example")).unwrap();
+    assert_eq!(tend_stage(&dockerfile), tend_stage(&example));
+    assert!(is_tend_alone(&dockerfile));
+    assert!(dockerfile.contains(
+        "\nCOPY --from=tend /src/target/x86_64-unknown-linux-gnu/release/tend /usr/local/bin/tend\n"
+    ));
+    assert_eq!(
+        exec_form(&dockerfile, "ENTRYPOINT"),
+        ["/usr/local/bin/tend"]
+    );
+
+    let manifest = fs::read_to_string(dir.join("kubernetes.yaml")).unwrap();
+    assert!(installs_tend(&manifest));
+    assert!(manifest.contains("image: registry.example.com/tend:1"));
+    // The app container runs the upstream image's ENTRYPOINT and CMD after
+    // tend's `--`, with the config the ConfigMap holds: this very file.
+    let command = manifest
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("command: [\"/tend/tend\""))
+        .expect("the app container's command is /tend/tend");
+    let command: Vec<String> = serde_json::from_str(&format!("[\"/tend/tend\"{command}")).unwrap();
+    assert_eq!(
+        command,
+        [
+            "/tend/tend",
+            "--config",
+            "/etc/tend/supervisor.toml",
+            "--",
+            "/docker-entrypoint.sh"
+        ]
+    );
+    assert!(manifest.contains("args: [\"nginx\", \"-g\", \"daemon off;\"]"));
+    assert_eq!(
+        literal_block(&manifest, "supervisor.toml"),
+        fs::read_to_string(dir.join("supervisor.toml")).unwrap(),
+        "the ConfigMap holds examples/any-image/supervisor.toml"
+    );
+    let mounts = mounts(&manifest);
+    for (volume, at) in [
+        ("tend-bin", "/tend"),
+        ("tend-config", "/etc/tend"),
+        ("nginx-conf", "/etc/nginx/conf.d"),
+    ] {
+        assert!(
+            mounts.iter().any(|(v, a)| v == volume && a == at),
+            "{volume} at {at}: {mounts:?}"
+        );
+    }
+    assert!(
+        writable(&manifest).contains(&"/tend".to_string()),
+        "an emptyDir at /tend"
     );
 }

@@ -17,6 +17,12 @@
 //! - `podman run -it` in a terminal (tmux): Ctrl-C reaches the shell's job
 //!   and not the shell, or ends a service that does not handle it, and a
 //!   plain init prints nothing into the terminal.
+//! - The example image with nothing but `-p`, as its user and as root; and
+//!   with a read-only root and no volume for its readiness files, where the
+//!   log and `tend probe` say why and the fix.
+//! - The examples' Kubernetes manifests under `podman kube play` (see the
+//!   section at the end): each pod serves, its readiness probes pass, and a
+//!   stop ends it with its service's status.
 //!
 //! They need root, podman, runc, tmux and the base images that
 //! `scripts/test-podman` builds, so they are ignored by a plain `cargo test`
@@ -29,7 +35,8 @@
 //! holding the static tend that this machine built with the Dockerfile's own
 //! `cargo build` line, and its `FROM nginx:...` with the local base image (a
 //! Debian bookworm root with nginx-light, see scripts/test-podman). Every
-//! other line of the Dockerfile runs as written.
+//! other line of the Dockerfile runs as written. The examples' Dockerfiles
+//! are built the same way.
 
 mod common;
 
@@ -275,7 +282,12 @@ impl Container {
 
     /// Its output so far, stdout and stderr.
     fn logs(&self) -> String {
-        let out = podman_output(&["logs", &self.name]);
+        Container::logs_of(&self.name)
+    }
+
+    /// The output so far of container `name`, stdout and stderr.
+    fn logs_of(name: &str) -> String {
+        let out = podman_output(&["logs", name]);
         format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
@@ -496,11 +508,14 @@ fn a_locked_down_container_keeps_its_readiness_files_on_a_tmpfs() {
     let publish = format!("127.0.0.1:{port}:8080");
     // As examples/nginx/kubernetes.yaml runs it: not root, a read-only root,
     // no capabilities, no privilege escalation, and writable tmpfs (the
-    // manifest's emptyDirs) at /run/tend and /tmp only.
+    // manifest's emptyDirs) at /run/tend and /tmp only: not podman's own at
+    // /run, which a pod has not either (podman 4.3 copies the image's /run
+    // into it without the directories' write bits for group and others).
     let mut options: Vec<String> = [
         "--user",
         "65534",
         "--read-only",
+        "--read-only-tmpfs=false",
         "--tmpfs",
         "/run/tend",
         "--tmpfs",
@@ -526,7 +541,9 @@ fn a_locked_down_container_keeps_its_readiness_files_on_a_tmpfs() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(
         out,
-        "65534\n65534 644 /run/tend/ready\n65534 644 /run/tend/status.json\n"
+        "65534\n65534 644 /run/tend/ready\n65534 644 /run/tend/status.json\n\
+         65534 600 /run/tend/status.json.sock\n",
+        "the readiness files, and the control socket for tend's user only"
     );
     let (code, mounts, _) = c.exec(&["cat", "/proc/mounts"]);
     assert_eq!(code, 0);
@@ -560,6 +577,121 @@ fn a_locked_down_container_keeps_its_readiness_files_on_a_tmpfs() {
     let (took, code) = c.stop(30);
     assert_eq!(code, 0);
     assert!(took < secs(10.0), "podman stop took {took:?}");
+}
+
+/// tend's log lines at `level` in `logs` (nginx's own lines have other
+/// shapes).
+fn tend_lines<'a>(logs: &'a str, level: &str) -> Vec<&'a str> {
+    logs.lines()
+        .filter(|l| l.split_whitespace().nth(1) == Some(level))
+        .collect()
+}
+
+#[test]
+#[ignore = "runs in podman: sudo scripts/test-podman"]
+fn the_example_image_runs_with_nothing_but_a_published_port_as_its_user_and_as_root() {
+    images();
+    // The image's own user (USER 101), then root: what `docker run -p` and
+    // `docker run --user 0 -p` give it, and nothing else.
+    for (name, user, uid) in [("as-is", None, "101"), ("as-root", Some("0"), "0")] {
+        let port = free_port();
+        let publish = format!("127.0.0.1:{port}:8080");
+        let mut options = vec!["-p", publish.as_str()];
+        if let Some(user) = user {
+            options.extend(["--user", user]);
+        }
+        let c = Container::run(name, &options, WEB, &[]);
+        wait_served(port, "hello from v1", secs(60.0));
+        wait_slow("tend probe to say ready", secs(10.0), || {
+            let (code, line) = c.probe();
+            (code == 0).then_some(line)
+        });
+        assert_eq!(c.probe(), (0, "ready (state ready)\n".to_string()));
+        let (code, out, err) = c.exec(&["sh", "-c", "id -u; stat -c '%u %a' /run/tend"]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(out, format!("{uid}\n0 1777\n"), "{name}");
+        let logs = c.logs();
+        assert_eq!(
+            tend_lines(&logs, "ERROR"),
+            Vec::<&str>::new(),
+            "{name}: {logs}"
+        );
+        assert_eq!(
+            tend_lines(&logs, "WARN"),
+            Vec::<&str>::new(),
+            "{name}: {logs}"
+        );
+        assert!(
+            tend_lines(&logs, "INFO")
+                .iter()
+                .any(|l| l.ends_with(" ready")),
+            "{name}: {logs}"
+        );
+        let (took, code) = c.stop(30);
+        assert_eq!(code, 0, "{name}: nginx's exit code");
+        assert!(took < secs(10.0), "podman stop took {took:?}");
+    }
+}
+
+#[test]
+#[ignore = "runs in podman: sudo scripts/test-podman"]
+fn a_read_only_root_without_a_volume_gets_the_reason_and_the_fix_from_log_and_probe() {
+    images();
+    let port = free_port();
+    let publish = format!("127.0.0.1:{port}:8080");
+    // readOnlyRootFilesystem with an emptyDir for nginx's /tmp and none for
+    // /run/tend: podman's own tmpfs at /run is left out, as a pod has none.
+    let c = Container::run(
+        "read-only",
+        &[
+            "--read-only",
+            "--read-only-tmpfs=false",
+            "--tmpfs",
+            "/tmp",
+            "-p",
+            &publish,
+        ],
+        WEB,
+        &[],
+    );
+    wait_served(port, "hello from v1", secs(60.0));
+    let fix = "/run/tend is on a read-only file system: mount a writable directory there (an \
+               emptyDir in Kubernetes, --tmpfs /run/tend with docker or podman run)";
+    let line = wait_slow("tend probe to say why", secs(10.0), || {
+        let (code, line) = c.probe();
+        (code == 1 && line.contains("cannot write")).then_some(line)
+    });
+    assert_eq!(
+        line,
+        format!(
+            "not ready: tend cannot write /run/tend/status.json: uid 101 cannot write in \
+             /run/tend: Read-only file system (os error 30); {fix}\n"
+        )
+    );
+    let logs = c.logs();
+    let errors = tend_lines(&logs, "ERROR");
+    assert!(
+        errors
+            .iter()
+            .any(|l| l.contains("the readiness files cannot be written")
+                && l.contains("Read-only file system")
+                && l.contains(fix)),
+        "{logs}"
+    );
+    assert!(
+        !tend_lines(&logs, "INFO")
+            .iter()
+            .any(|l| l.ends_with(" ready")),
+        "no plain \"ready\": {logs}"
+    );
+    assert!(
+        tend_lines(&logs, "WARN")
+            .iter()
+            .any(|l| l.contains("ready, but `tend probe` says not ready") && l.contains(fix)),
+        "{logs}"
+    );
+    let (_, code) = c.stop(30);
+    assert_eq!(code, 0, "nginx's exit code");
 }
 
 /// examples/fat-container's `file`.
@@ -832,4 +964,444 @@ fn podman_run_it_ctrl_c_ends_a_service_that_does_not_handle_it() {
         "128 + SIGINT, from the service"
     );
     term.wait_output("only the echo of Ctrl-C", secs(5.0), |s| s == "^C");
+}
+
+// ---------------------------------------------------------------- kube play
+//
+// The examples' Kubernetes manifests, run by `podman kube play`: podman 4.3
+// runs a Deployment's pod with its init containers, emptyDir and ConfigMap
+// volumes from the same YAML. Its ConfigMap volumes are plain files that
+// never swap `..data`, so this tests start-up, the readiness probes as the
+// manifests write them, and a stop; updates are the atomic writer's (see the
+// tests above and tests/e2e.rs). podman 4.3 does not run readiness probes
+// itself (it makes a liveness probe a health check and leaves readiness
+// alone), so the tests run each one's exec command in its container.
+
+/// The examples whose manifest the tests play.
+const PLAYED: [&str; 5] = [
+    "any-image",
+    "fat-container",
+    "in-place",
+    "nginx",
+    "zero-downtime",
+];
+
+/// The examples whose manifest cannot run here, and why.
+const NOT_PLAYED: [(&str, &str); 2] = [
+    (
+        "restart",
+        "a Secret volume, on which podman 4.3's kube play panics (VolumeFromSecret)",
+    ),
+    (
+        "secret-rotation",
+        "a Secret volume, on which podman 4.3's kube play panics (VolumeFromSecret)",
+    ),
+];
+
+/// Pods of two manifests must not run at once: podman 4.3 names an
+/// emptyDir's volume after the volume (`tend-run`, `tmp`), so two pods would
+/// share one.
+static KUBE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[test]
+fn every_example_manifest_is_played_under_podman_or_says_why_not() {
+    let mut examples: Vec<String> = fs::read_dir(repo("examples"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().join("kubernetes.yaml").exists())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    examples.sort();
+    let mut listed: Vec<String> = PLAYED
+        .iter()
+        .copied()
+        .chain(NOT_PLAYED.iter().map(|(e, _)| *e))
+        .map(String::from)
+        .collect();
+    listed.sort();
+    assert_eq!(examples, listed);
+    for example in PLAYED {
+        let manifest =
+            fs::read_to_string(repo(&format!("examples/{example}/kubernetes.yaml"))).unwrap();
+        assert!(!manifest.contains("secret:"), "{example}");
+    }
+    for (example, _) in NOT_PLAYED {
+        let manifest =
+            fs::read_to_string(repo(&format!("examples/{example}/kubernetes.yaml"))).unwrap();
+        assert!(manifest.contains("secret:"), "{example} could be played");
+    }
+}
+
+/// The images the tests build for the manifests, as the manifests name them.
+const WEB_NGINX: &str = "registry.example.com/web-nginx:1";
+const SHOP: &str = "registry.example.com/shop:1";
+const TEND_ALONE: &str = "registry.example.com/tend:1";
+/// An image built without tend; tests/support/nginx-unprivileged stands in
+/// for it.
+const UPSTREAM_NGINX: &str = "docker.io/nginxinc/nginx-unprivileged:1.27";
+const APP_IN_PLACE: &str = "registry.example.com/app-in-place:1";
+const APP_ZERO_DOWNTIME: &str = "registry.example.com/app-zero-downtime:1";
+/// Made by scripts/test-podman; stands in for python:3.12-slim-bookworm.
+const PYTHON_BASE: &str = "localhost/tend-python-base";
+
+/// Builds `file`, an example's Dockerfile `FROM python:3.12-slim-bookworm`,
+/// on PYTHON_BASE as `tag`.
+fn build_python_example(file: &str, tag: &str) {
+    assert!(
+        podman_output(&["image", "exists", PYTHON_BASE])
+            .status
+            .success(),
+        "the base image {PYTHON_BASE} is missing: run scripts/test-podman, which builds it"
+    );
+    let dockerfile = fs::read_to_string(repo(file)).unwrap();
+    assert!(
+        dockerfile.contains("\nFROM python:3.12-slim-bookworm\n"),
+        "{file}"
+    );
+    let (_context, stage_context, _) = builder_context(&dockerfile);
+    let base = format!("python:3.12-slim-bookworm=container-image://{PYTHON_BASE}");
+    build(file, &[&stage_context, &base], tag);
+}
+
+/// Builds the images `example`'s manifest names, tagged as it names them:
+/// each from the example's own Dockerfile, as the other tests build theirs.
+fn manifest_images(example: &str) -> Vec<&'static str> {
+    let tags: Vec<&str> = match example {
+        "nginx" => vec![WEB_NGINX],
+        "fat-container" => vec![SHOP],
+        "any-image" => vec![TEND_ALONE, UPSTREAM_NGINX],
+        "in-place" => vec![APP_IN_PLACE],
+        "zero-downtime" => vec![APP_ZERO_DOWNTIME],
+        _ => panic!("{example} is not played"),
+    };
+    let previous: Vec<String> = tags.iter().copied().filter_map(image_id).collect();
+    assert!(
+        podman_output(&["image", "exists", BASE]).status.success(),
+        "the base image {BASE} is missing: run scripts/test-podman, which builds it"
+    );
+    match example {
+        "nginx" => {
+            let file = "examples/nginx/Dockerfile";
+            let dockerfile = fs::read_to_string(repo(file)).unwrap();
+            assert!(dockerfile.contains("\nFROM nginx:1.27-bookworm\n"));
+            let (_context, stage_context, _) = builder_context(&dockerfile);
+            let base = format!("nginx:1.27-bookworm=container-image://{BASE}");
+            build(file, &[&stage_context, &base], WEB_NGINX);
+        }
+        "fat-container" => {
+            fat_image();
+            podman_ok(&["tag", FAT, SHOP]);
+        }
+        "in-place" => build_python_example("examples/in-place/Dockerfile", APP_IN_PLACE),
+        "zero-downtime" => {
+            build_python_example("examples/zero-downtime/Dockerfile", APP_ZERO_DOWNTIME)
+        }
+        _ => {
+            let file = "examples/any-image/Dockerfile";
+            let dockerfile = fs::read_to_string(repo(file)).unwrap();
+            let (_context, stage_context, _) = builder_context(&dockerfile);
+            build(file, &[&stage_context], TEND_ALONE);
+            let upstream = repo("tests/support/nginx-unprivileged");
+            podman_ok(&[
+                "build",
+                "--pull=never",
+                "-f",
+                &path(&upstream.join("Containerfile")),
+                "-t",
+                UPSTREAM_NGINX,
+                &path(&upstream),
+            ]);
+        }
+    }
+    remove_replaced(&previous, &tags);
+    tags
+}
+
+/// A manifest's documents, split.
+fn documents(manifest: &str) -> Vec<&str> {
+    manifest.split("\n---\n").collect()
+}
+
+/// The `metadata.name` of the document of `kind`s.
+fn names_of(manifest: &str, kind: &str) -> Vec<String> {
+    documents(manifest)
+        .into_iter()
+        .filter(|d| d.lines().any(|l| l == format!("kind: {kind}")))
+        .filter_map(|d| {
+            let lines: Vec<&str> = d.lines().collect();
+            lines
+                .windows(2)
+                .find_map(|w| (w[0] == "metadata:").then(|| w[1].strip_prefix("  name: "))?)
+                .map(String::from)
+        })
+        .collect()
+}
+
+/// `(container, argv)` of each readinessProbe's exec command.
+fn readiness_probes(manifest: &str) -> Vec<(String, Vec<String>)> {
+    let lines: Vec<&str> = manifest.lines().map(str::trim).collect();
+    let mut container = None;
+    let mut in_probe = false;
+    let mut probes = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let next = lines[i + 1..].iter().find(|l| !l.starts_with('#'));
+        if let Some(name) = line.strip_prefix("- name: ")
+            && next.is_some_and(|l| l.starts_with("image: "))
+        {
+            container = Some(name.to_string());
+        } else if *line == "readinessProbe:" {
+            in_probe = true;
+        } else if in_probe && let Some(argv) = line.strip_prefix("command: ") {
+            let argv: Vec<String> = serde_json::from_str(argv).unwrap();
+            probes.push((container.clone().expect("the probe's container"), argv));
+            in_probe = false;
+        }
+    }
+    probes
+}
+
+/// The names of the emptyDir volumes.
+fn empty_dirs(manifest: &str) -> Vec<String> {
+    let lines: Vec<&str> = manifest.lines().map(str::trim).collect();
+    lines
+        .windows(2)
+        .filter(|w| w[1].starts_with("emptyDir:"))
+        .filter_map(|w| w[0].strip_prefix("- name: ").map(String::from))
+        .collect()
+}
+
+/// examples/EXAMPLE/kubernetes.yaml as podman 4.3 can run it on this one
+/// host, changed only where podman 4.3 and a cluster differ:
+/// - `replicas: 1`: podman runs every replica as a pod on this host;
+/// - the container port published on 127.0.0.1:`port` (`hostIP`,
+///   `hostPort`): podman 4.3 publishes a containerPort on the host's port of
+///   the same number;
+/// - `restartPolicy: OnFailure`: podman 4.3 gives init containers the pod's
+///   restart policy, and with Always runs one that is done again and again
+///   (containers/podman#16343, fixed in 4.6).
+///
+/// The images are the ones the manifest names (built and tagged so here).
+fn podman_manifest(example: &str, port: u16) -> String {
+    let manifest =
+        fs::read_to_string(repo(&format!("examples/{example}/kubernetes.yaml"))).unwrap();
+    let mut out = String::new();
+    let (mut ports, mut specs, mut replicas) = (0, 0, 0);
+    for line in manifest.lines() {
+        let indent = &line[..line.len() - line.trim_start().len()];
+        if line.trim_start().starts_with("replicas: ") {
+            out.push_str(&format!("{indent}replicas: 1\n"));
+            replicas += 1;
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+        if let Some(p) = line.trim_start().strip_prefix("- containerPort: ") {
+            p.parse::<u16>().expect("a port number");
+            out.push_str(&format!(
+                "{indent}  hostIP: 127.0.0.1\n{indent}  hostPort: {port}\n"
+            ));
+            ports += 1;
+        }
+        // The pod template's spec.
+        if line == "    spec:" {
+            out.push_str("      restartPolicy: OnFailure\n");
+            specs += 1;
+        }
+    }
+    assert_eq!(
+        (ports, specs, replicas),
+        (1, 1, 1),
+        "{example}: one of each"
+    );
+    assert!(!manifest.contains("restartPolicy"), "{example}");
+    out
+}
+
+/// A manifest played by `podman kube play`: `kube down` when dropped, and
+/// the ConfigMap volumes it leaves removed.
+struct Kube {
+    file: PathBuf,
+    /// The pod of the Deployment's one replica.
+    pod: String,
+    volumes: Vec<String>,
+    probes: Vec<(String, Vec<String>)>,
+}
+
+impl Kube {
+    fn play(sb: &Sandbox, example: &str, port: u16) -> Kube {
+        let text = podman_manifest(example, port);
+        let file = sb.path(&format!("{example}.yaml"));
+        fs::write(&file, &text).unwrap();
+        let deployments = names_of(&text, "Deployment");
+        assert_eq!(deployments.len(), 1, "{example}");
+        let pod = format!("{}-pod-0", deployments[0]);
+        let mut volumes = names_of(&text, "ConfigMap");
+        volumes.extend(empty_dirs(&text));
+        let kube = Kube {
+            file,
+            probes: readiness_probes(&text)
+                .into_iter()
+                .map(|(c, argv)| (format!("{pod}-{c}"), argv))
+                .collect(),
+            pod,
+            volumes,
+        };
+        // Left by an earlier run: a ConfigMap volume that exists is used as
+        // it is.
+        kube.remove_volumes();
+        podman_ok(&["kube", "play", &path(&kube.file)]);
+        kube
+    }
+
+    fn remove_volumes(&self) {
+        for v in &self.volumes {
+            let _ = podman_output(&["volume", "rm", "-f", v]);
+        }
+    }
+
+    /// Runs each readiness probe's command in its container until it
+    /// passes, and returns what each printed.
+    fn wait_probes_pass(&self, timeout: Duration) -> Vec<String> {
+        assert!(!self.probes.is_empty());
+        self.probes
+            .iter()
+            .map(|(container, argv)| {
+                let mut exec = vec!["exec", container.as_str()];
+                exec.extend(argv.iter().map(String::as_str));
+                wait_slow(&format!("{container}'s readiness probe"), timeout, || {
+                    let out = podman_output(&exec);
+                    out.status
+                        .success()
+                        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+                })
+            })
+            .collect()
+    }
+
+    /// `podman pod stop`, which sends each container its stop signal, then
+    /// SIGKILL after `timeout` seconds, as the kubelet does (podman 4.3's
+    /// `kube down` sends SIGKILL at once: containers/podman#22397, fixed in
+    /// 5.1): how long it took, and each probed container's exit code and log.
+    fn stop(&self, timeout: u32) -> (Duration, Vec<(i32, String)>) {
+        let started = Instant::now();
+        podman_ok(&["pod", "stop", "-t", &timeout.to_string(), &self.pod]);
+        let took = started.elapsed();
+        let exits = self
+            .probes
+            .iter()
+            .map(|(container, _)| {
+                let code = podman_ok(&["inspect", "--format", "{{.State.ExitCode}}", container]);
+                (code.trim().parse().unwrap(), Container::logs_of(container))
+            })
+            .collect();
+        (took, exits)
+    }
+}
+
+impl Drop for Kube {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for (container, _) in &self.probes {
+                eprintln!(
+                    "--- podman logs {container} ---\n{}--- end ---",
+                    Container::logs_of(container)
+                );
+            }
+        }
+        let down = podman_output(&["kube", "down", &path(&self.file)]);
+        self.remove_volumes();
+        if !std::thread::panicking() {
+            assert!(
+                down.status.success(),
+                "podman kube down: {}",
+                String::from_utf8_lossy(&down.stderr)
+            );
+            let pods = podman_ok(&[
+                "pod",
+                "ps",
+                "-q",
+                "--filter",
+                &format!("name=^{}$", self.pod),
+            ]);
+            assert_eq!(pods, "", "the pod is gone");
+        }
+    }
+}
+
+/// Plays `example`'s manifest: the pod serves `body`, its readiness probes
+/// pass, and a stop ends each container with its service's status, 0.
+fn play(example: &str, body: &str) -> Vec<(i32, String)> {
+    let built = manifest_images(example);
+    let manifest =
+        fs::read_to_string(repo(&format!("examples/{example}/kubernetes.yaml"))).unwrap();
+    let mut named: Vec<&str> = manifest
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("image: "))
+        .map(|i| i.split_whitespace().next().unwrap())
+        .collect();
+    named.sort();
+    let mut built = built.clone();
+    built.sort();
+    assert_eq!(named, built, "{example}: the images its manifest names");
+
+    let sb = Sandbox::new();
+    let port = free_port();
+    let _one_at_a_time = KUBE.lock().unwrap_or_else(|e| e.into_inner());
+    let kube = Kube::play(&sb, example, port);
+    wait_served(port, body, secs(60.0));
+    for line in kube.wait_probes_pass(secs(10.0)) {
+        assert!(line.starts_with("ready (state ready)"), "{line}");
+    }
+    let (took, exits) = kube.stop(60);
+    assert!(took < secs(10.0), "podman pod stop took {took:?}");
+    for (code, logs) in &exits {
+        assert_eq!(*code, 0, "{logs}");
+        assert!(logs.contains(": exit code 0"), "{logs}");
+        assert!(tend_lines(logs, "ERROR").is_empty(), "{logs}");
+    }
+    assert!(get(port).is_err(), "nothing serves any more");
+    exits
+}
+
+#[test]
+#[ignore = "runs in podman: sudo scripts/test-podman"]
+fn the_nginx_manifest_runs_under_podman_kube_play() {
+    play("nginx", "hello from v1");
+}
+
+#[test]
+#[ignore = "runs in podman: sudo scripts/test-podman"]
+fn the_fat_container_manifest_runs_under_podman_kube_play() {
+    let exits = play("fat-container", "hello from php v1 | nginx v1");
+    let logs = &exits[0].1;
+    assert!(
+        logs.contains("NOTICE: exiting, bye-bye!"),
+        "php-fpm stopped: {logs}"
+    );
+}
+
+#[test]
+#[ignore = "runs in podman: sudo scripts/test-podman"]
+fn the_any_image_manifest_installs_tend_into_an_image_built_without_it() {
+    let exits = play("any-image", "hello from v1");
+    let logs = &exits[0].1;
+    // The image's own entrypoint ran under tend, and its STOPSIGNAL (SIGQUIT)
+    // reached nginx through tend.
+    assert!(
+        logs.contains("/docker-entrypoint.sh: ready for start up"),
+        "{logs}"
+    );
+    assert!(logs.contains("signal 3 (SIGQUIT) received"), "{logs}");
+}
+
+#[test]
+#[ignore = "runs in podman: sudo scripts/test-podman"]
+fn the_in_place_manifest_runs_under_podman_kube_play() {
+    play("in-place", "hello from v1");
+}
+
+#[test]
+#[ignore = "runs in podman: sudo scripts/test-podman"]
+fn the_zero_downtime_manifest_runs_under_podman_kube_play() {
+    play("zero-downtime", "hello from v1");
 }

@@ -231,7 +231,9 @@ fn files_that_cannot_be_written_on_a_full_disk_appear_once_there_is_room() {
     assert_eq!(st["state"], "ready", "{st}");
     let log = tend.wait_stderr("written again", secs(5.0));
     assert_eq!(
-        log.lines().filter(|l| l.contains("No space left")).count(),
+        log.lines()
+            .filter(|l| l.contains(" ERROR ") && l.contains("No space left"))
+            .count(),
         1,
         "one error per failure streak:\n{log}"
     );

@@ -187,6 +187,9 @@ pub struct Core {
     next_token: u64,
     /// Whether tend was ready at the last status, to log changes once.
     was_ready: bool,
+    /// Why the readiness files are not written, while they are not (the
+    /// shell's): tend's "ready" then says that probes reading them do not.
+    files_problem: Option<String>,
     rng: Rng,
     metrics: Metrics,
     /// Every watch's name, by id.
@@ -226,11 +229,19 @@ impl Core {
             pending: BTreeMap::new(),
             next_token: 1,
             was_ready: false,
+            files_problem: None,
             rng: Rng(settings.seed),
             metrics: Metrics::new(watches),
             outcomes: Vec::new(),
             ignored_notifications: RateLimit::new(IGNORED_WARN_EVERY),
             out: Vec::new(),
+        }
+    }
+
+    /// Why the readiness files cannot be written (None: they are).
+    pub fn set_files_problem(&mut self, problem: Option<&str>) {
+        if self.files_problem.as_deref() != problem {
+            self.files_problem = problem.map(str::to_string);
         }
     }
 
@@ -1344,7 +1355,12 @@ impl Core {
         if ready != self.was_ready && (self.readiness_files || !self.watches.is_empty()) {
             self.was_ready = ready;
             if ready {
-                tracing::info!("ready");
+                match &self.files_problem {
+                    None => tracing::info!("ready"),
+                    Some(problem) => {
+                        tracing::warn!("services ready, but `tend probe` says not ready: {problem}")
+                    }
+                }
             } else {
                 let problem = self
                     .watches
