@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the seed inputs of every fuzz target, from what tend's docs and
-tests use: the README's TOML blocks and examples/*/supervisor.toml, the
+tests use: the TOML blocks of the README and docs/, examples/*/supervisor.toml, the
 requests, answers, notify messages and env files of the tests.
 
     fuzz/seed.py DIR      # DIR/<target>/<sha1> for each seed
@@ -17,8 +17,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def configs():
-    readme = (ROOT / "README.md").read_text()
-    for block in re.findall(r"```toml\n(.*?)```", readme, re.S):
+    pages = [ROOT / "README.md", *sorted(ROOT.glob("docs/*.md"))]
+    text = "".join(page.read_text() for page in pages)
+    for block in re.findall(r"```toml\n(.*?)```", text, re.S):
         yield block.encode()
         # The reference block shows optional keys commented out.
         yield re.sub(r"^# ?(\w+ = )", r"\1", block, flags=re.M).encode()

@@ -1,4 +1,4 @@
-//! tend: PID 1 for application containers. See README.md for the contract.
+//! tend: PID 1 for application containers. See README.md and docs/ for the contract.
 //!
 //! The binary (`main.rs`) chooses a mode and runs; everything else lives in
 //! this library, so that the decisions of the supervisor (`core`) are unit

@@ -1,4 +1,4 @@
-//! tend: PID 1 for application containers. See README.md for the contract.
+//! tend: PID 1 for application containers. See README.md and docs/ for the contract.
 //!
 //! `no_main`: the C library calls [`main`] directly, without std's runtime
 //! set-up before it (a read of /proc/self/maps for the main thread's stack
