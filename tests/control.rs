@@ -244,10 +244,7 @@ fn a_client_that_is_not_tends_user_is_refused_by_the_sockets_mode_and_by_its_cre
     std::thread::sleep(secs(0.3));
     assert_eq!(sb.log("helper start").len(), 1, "nothing was done");
     assert!(sb.log("helper sig").is_empty());
-    assert!(
-        tend.stderr()
-            .contains("refused a client of the control socket")
-    );
+    tend.wait_stderr("refused a client of the control socket", secs(5.0));
     tend.signal(Signal::SIGTERM);
     assert_eq!(tend.wait(secs(10.0)), 0);
 }

@@ -144,7 +144,7 @@ fn nginx_serves_every_update_within_a_second_and_no_request_fails() {
         "the last good config is still served: {:?}",
         served.iter().find(|r| r.as_deref() != Ok("v20"))
     );
-    assert!(tend.stderr().contains("keeps running on the last good one"));
+    tend.wait_stderr("keeps running on the last good one", secs(5.0));
 
     // Fixed: served, and ready again.
     let fixed = Instant::now();
@@ -170,15 +170,19 @@ fn nginx_serves_every_update_within_a_second_and_no_request_fails() {
         failures[0]
     );
     // nginx itself says it reloaded once per applied update.
-    let reloads = tend.stderr().matches("signal 1 (SIGHUP) received").count();
-    assert_eq!(reloads, 21, "nginx reloads: 20 updates and the fix");
+    let sighup = "signal 1 (SIGHUP) received";
+    tend.wait_stderr_count(sighup, 21, secs(5.0));
 
     // SIGTERM: nginx gets SIGQUIT (its graceful stop), and exits 0.
-    tend.signal(Signal::SIGTERM);
-    assert_eq!(tend.wait(secs(20.0)), 0);
-    let err = tend.stderr();
+    let (code, err) = tend.stop(secs(20.0));
+    assert_eq!(code, 0);
     assert!(err.contains("signal 3 (SIGQUIT) received"), "{err}");
     assert!(get(port).is_err(), "nginx is gone");
+    assert_eq!(
+        err.matches(sighup).count(),
+        21,
+        "nginx reloads: 20 updates and the fix"
+    );
 }
 
 #[test]
@@ -259,12 +263,9 @@ fn a_program_that_cannot_reload_is_restarted_on_the_new_config() {
         failed.len() - refused,
         records.len()
     );
-    assert_eq!(
-        tend.stderr()
-            .matches("restarting the service on the new config")
-            .count(),
-        5
-    );
+    let restarting = "restarting the service on the new config";
+    let err = tend.wait_stderr_count(restarting, 5, secs(5.0));
+    assert_eq!(err.matches(restarting).count(), 5);
 
     // A rotated token reaches the program with one more restart.
     let private = |token: &str| {
@@ -281,13 +282,8 @@ fn a_program_that_cannot_reload_is_restarted_on_the_new_config() {
     });
     assert!(private("token-1").unwrap_err().starts_with("status 401"));
     assert_eq!(get(port).as_deref(), Ok("v5"));
-    let err = tend.stderr();
-    assert_eq!(
-        err.matches("restarting the service on the new config")
-            .count(),
-        6
-    );
-    assert!(!err.contains("token-"), "a value in tend's log:\n{err}");
+    let err = tend.wait_stderr_count(restarting, 6, secs(5.0));
+    assert_eq!(err.matches(restarting).count(), 6);
 
     // A bad edit, then the program crashes: it comes back on the last good
     // config, which it reads from the published copy.
@@ -304,6 +300,8 @@ fn a_program_that_cannot_reload_is_restarted_on_the_new_config() {
     assert_eq!(private("token-2").as_deref(), Ok("private"));
     let status = sb.wait_state("invalid_config", secs(5.0));
     assert_eq!(status["service"]["restarts"], 7, "{status}");
+    let (_, err) = tend.stop(secs(10.0));
+    assert!(!err.contains("token-"), "a value in tend's log:\n{err}");
 }
 
 /// A self-signed certificate and key for `cn`, as PEM text.
@@ -387,7 +385,7 @@ fn a_rotated_tls_secret_reloads_nginx_once_per_rotation() {
         ],
     ));
     let same = |pem: &str, i: usize| pem.split_whitespace().eq(certs[i].0.split_whitespace());
-    let tend = sb.tend().config(&cfg).start();
+    let mut tend = sb.tend().config(&cfg).start();
     wait_for("nginx to serve v0's certificate", secs(10.0), || {
         served_certificate(port).filter(|p| same(p, 0))
     });
@@ -420,8 +418,7 @@ fn a_rotated_tls_secret_reloads_nginx_once_per_rotation() {
         "nginx keeps the last good pair"
     );
 
-    std::thread::sleep(secs(0.5));
-    let err = tend.stderr();
+    let (_, err) = tend.stop(secs(10.0));
     assert_eq!(
         err.matches("sent SIGHUP").count(),
         3,

@@ -27,7 +27,6 @@ use common::http::{Load, Record, free_port, get};
 use common::kubelet::project;
 use common::static_build::repo;
 use common::*;
-use nix::sys::signal::Signal;
 
 /// www-data in Debian, the image's USER.
 const WWW_DATA: u32 = 33;
@@ -231,17 +230,13 @@ impl Fat {
         );
     }
 
-    /// Lines of tend's output (its own, nginx's and php-fpm's) holding `text`.
-    fn said(&self, text: &str) -> usize {
-        self.tend.stderr().matches(text).count()
-    }
-
     /// SIGTERM: nginx stops first (SIGQUIT, its graceful stop), then
-    /// php-fpm (SIGQUIT too); tend exits with nginx's status, 0.
-    fn stop(mut self) {
-        self.tend.signal(Signal::SIGTERM);
-        assert_eq!(self.tend.wait(secs(30.0)), 0, "nginx's status");
-        let err = self.tend.stderr();
+    /// php-fpm (SIGQUIT too); tend exits with nginx's status, 0. Returns
+    /// tend's whole output (its own lines, nginx's and php-fpm's), which
+    /// only tend's exit makes final.
+    fn stop(mut self) -> String {
+        let (code, err) = self.tend.stop(secs(30.0));
+        assert_eq!(code, 0, "nginx's status");
         let at = |text: &str| {
             err.find(text)
                 .unwrap_or_else(|| panic!("no {text:?} in:\n{err}"))
@@ -263,7 +258,13 @@ impl Fat {
             "nginx stops, then php-fpm:\n{err}"
         );
         assert!(get(self.port).is_err(), "nginx is gone");
+        err
     }
+}
+
+/// Lines of tend's output `err` holding `text`.
+fn said(err: &str, text: &str) -> usize {
+    err.matches(text).count()
 }
 
 /// The children of `pid`, sorted.
@@ -300,17 +301,17 @@ fn none_failed(records: &[Record], min: usize) {
 #[test]
 fn php_fpm_starts_first_and_nginx_once_it_said_ready() {
     let fat = Fat::start();
-    let err = fat.tend.stderr();
     // The READY=1 php-fpm sends (notify = true) is what starts nginx
     // (after = ["php"]): tend hears it before it starts nginx.
-    let line = |what: &dyn Fn(&str) -> bool| {
-        err.lines()
-            .position(what)
-            .unwrap_or_else(|| panic!("no such line in:\n{err}"))
-    };
-    let php_says = line(&|l| l.contains("NOTICE: ready to handle connections"));
-    let php_ready = line(&|l| l.contains("the service is ready"));
-    let nginx = line(&|l| l.contains("service started") && l.contains("[\"nginx\""));
+    let php_says = |l: &str| l.contains("NOTICE: ready to handle connections");
+    let php_ready = |l: &str| l.contains("the service is ready");
+    let nginx = |l: &str| l.contains("service started") && l.contains("[\"nginx\"");
+    let (err, [php_says, php_ready, nginx]) = wait_for("the three lines", secs(10.0), || {
+        let err = fat.tend.stderr();
+        let at = |what: &dyn Fn(&str) -> bool| err.lines().position(what);
+        let found = [at(&php_says)?, at(&php_ready)?, at(&nginx)?];
+        Some((err, found))
+    });
     assert!(php_says < php_ready, "{err}");
     assert!(php_ready < nginx, "{err}");
     let st = fat.status();
@@ -402,8 +403,6 @@ fn a_pool_change_reloads_php_fpm_alone_and_no_request_fails() {
     // php-fpm reloaded: new workers under the same master (SIGUSR2 makes it
     // exec itself in place). nginx was not touched: the same master and the
     // same workers.
-    assert_eq!(fat.said("sent SIGUSR2 to the service"), 1);
-    assert_eq!(fat.said("NOTICE: Reloading in progress"), 1);
     let (php_now, php_workers_now) = fat.processes("php-fpm: master");
     assert_eq!(php_now, php);
     assert!(
@@ -411,11 +410,13 @@ fn a_pool_change_reloads_php_fpm_alone_and_no_request_fails() {
         "{php_workers:?} then {php_workers_now:?}"
     );
     assert_eq!(fat.processes("nginx: master"), (nginx, nginx_workers));
-    assert_eq!(fat.said("SIGHUP"), 0, "nginx got no SIGHUP");
     // php-fpm said READY=1 again after its reload, and tend is ready.
     wait_for("ready", secs(5.0), || fat.ready().exists().then_some(()));
     assert_eq!(fat.status()["watches"][0]["result"], "applied");
-    fat.stop();
+    let err = fat.stop();
+    assert_eq!(said(&err, "sent SIGUSR2 to the service"), 1, "{err}");
+    assert_eq!(said(&err, "NOTICE: Reloading in progress"), 1, "{err}");
+    assert_eq!(said(&err, "SIGHUP"), 0, "nginx got no SIGHUP:\n{err}");
 }
 
 /// Updates closer together than a reload takes: each SIGUSR2 may reach
@@ -445,8 +446,8 @@ fn pool_changes_in_quick_succession_end_on_the_last_one() {
     );
     none_failed(&load.finish(), 20);
     assert_eq!(fat.processes("php-fpm: master").0, php, "the same master");
-    assert!(fat.said("sent SIGUSR2 to the service") >= 1);
-    fat.stop();
+    let err = fat.stop();
+    assert!(said(&err, "sent SIGUSR2 to the service") >= 1, "{err}");
 }
 
 #[test]
@@ -471,15 +472,15 @@ fn a_site_change_reloads_nginx_alone() {
     let records = load.finish();
     none_failed(&records, 50);
 
-    assert_eq!(fat.said("sent SIGHUP to the service"), 1);
-    assert_eq!(fat.said("signal 1 (SIGHUP) received"), 1);
     assert_eq!(fat.processes("nginx: master").0, nginx);
     // php-fpm was not touched: the same master and the same workers.
     fat.php_untouched(&php);
-    assert_eq!(fat.said("SIGUSR2"), 0, "php-fpm got no SIGUSR2");
-    assert_eq!(fat.said("Reloading in progress"), 0);
     wait_for("ready", secs(5.0), || fat.ready().exists().then_some(()));
-    fat.stop();
+    let err = fat.stop();
+    assert_eq!(said(&err, "sent SIGHUP to the service"), 1, "{err}");
+    assert_eq!(said(&err, "signal 1 (SIGHUP) received"), 1, "{err}");
+    assert_eq!(said(&err, "SIGUSR2"), 0, "php-fpm got no SIGUSR2:\n{err}");
+    assert_eq!(said(&err, "Reloading in progress"), 0, "{err}");
 }
 
 #[test]
@@ -494,8 +495,10 @@ fn a_rejected_pool_change_leaves_nginx_serving_the_running_php_fpm() {
     wait_for("the ready file to go", secs(10.0), || {
         (!fat.ready().exists()).then_some(())
     });
-    let st = fat.status();
-    assert_eq!(st["state"], "invalid_config", "{st}");
+    // The ready file goes before the status file is rewritten.
+    let st = wait_for("the status to say invalid_config", secs(5.0), || {
+        Some(fat.status()).filter(|st| st["state"] == "invalid_config")
+    });
     assert_eq!(st["ready"], false);
     assert_eq!(st["watches"][0]["result"], "invalid", "{st}");
     assert_eq!(st["watches"][1]["result"], "applied", "{st}");
@@ -526,7 +529,12 @@ fn a_rejected_pool_change_leaves_nginx_serving_the_running_php_fpm() {
             .find(|(_, r)| r.as_deref() != Ok("hello from php v1 | nginx v1"))
     );
     fat.php_untouched(&php);
-    assert_eq!(fat.said("SIGUSR2"), 0);
+    // Before the line that says the change was rejected, tend's log would
+    // have told of a reload.
+    let err = fat
+        .tend
+        .wait_stderr("the service keeps running on the last good one", secs(5.0));
+    assert_eq!(said(&err, "SIGUSR2"), 0, "{err}");
 
     // Fixed: applied, served, ready again.
     let fixed = Instant::now();

@@ -590,7 +590,8 @@ fn without_an_http_section_nothing_listens() {
         .collect();
     assert_eq!(control.len(), 1);
     assert_eq!(sockets, control, "tend holds no other socket");
-    assert!(!tend.stderr().contains("HTTP server"));
+    let (_, err) = tend.stop(secs(10.0));
+    assert!(!err.contains("HTTP server"), "{err}");
 }
 
 #[test]
@@ -738,9 +739,9 @@ fn slow_and_numerous_clients_delay_no_signal() {
         "the slow client was cut off after {took:?}, not after 5 s"
     );
     drop(held);
-    assert!(
-        tend.stderr()
-            .contains("connections open: the oldest is closed for each new one")
+    tend.wait_stderr(
+        "connections open: the oldest is closed for each new one",
+        secs(5.0),
     );
     assert!(tend.is_running());
 }
@@ -781,7 +782,8 @@ fn clients_that_use_up_tends_descriptors_do_not_lock_a_probe_out() {
         "the probe was answered after {took:?}, behind clients that said nothing"
     );
     drop(held);
-    let log = tend.stderr();
+    assert!(tend.is_running());
+    let (_, log) = tend.stop(secs(10.0));
     let warnings: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("accept() on the HTTP server"))
@@ -792,7 +794,6 @@ fn clients_that_use_up_tends_descriptors_do_not_lock_a_probe_out() {
         "{}",
         warnings[0]
     );
-    assert!(tend.is_running());
 }
 
 #[test]

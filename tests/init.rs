@@ -329,8 +329,8 @@ fn orphans_are_reaped_as_pid1() {
         .tend()
         .command(&sb.service(&["--orphans", "300", "--orphan-sleep", "0.2"]))
         .start();
-    sb.wait_log("service start", 1, secs(10.0));
-    // The service forks all 300 before it idles; each orphan lives 0.2 s.
+    // Each orphan lives 0.2 s, some of them while the rest are made.
+    sb.wait_log("service orphans 300", 1, secs(30.0));
     wait_for("300 orphans to be adopted and reaped", secs(15.0), || {
         let kids = tend.children();
         let zombies = kids.iter().filter(|(_, s)| *s == 'Z').count();
@@ -346,14 +346,16 @@ fn orphans_are_reaped_by_a_subreaper_when_tend_is_not_pid1() {
     let mut tend = sb
         .tend()
         .not_pid1()
-        .command(&sb.service(&["--orphans", "50", "--orphan-sleep", "1.0"]))
+        .command(&sb.service(&["--orphans", "50", "--orphans-hold"]))
         .start();
-    sb.wait_log("service start", 1, secs(10.0));
-    let adopted = wait_for("orphans to be adopted by tend", secs(10.0), || {
-        let n = tend.children().len();
-        (n >= 40).then_some(n)
-    });
-    assert!(adopted >= 40, "tend adopted only {adopted} orphans");
+    // Each orphan's parent has exited and been waited for: the orphans
+    // are tend's children now, alive until the service lets them go.
+    sb.wait_log("service orphans 50", 1, secs(30.0));
+    let kids = tend.children();
+    assert_eq!(kids.len(), 51, "the service and its 50 orphans: {kids:?}");
+    assert!(kids.iter().all(|(_, s)| *s != 'Z'), "{kids:?}");
+    // SIGUSR1 reaches the service, which lets its orphans go.
+    tend.signal(Signal::SIGUSR1);
     wait_for("adopted orphans to be reaped", secs(10.0), || {
         let kids = tend.children();
         (kids.len() == 1 && kids.iter().all(|(_, s)| *s != 'Z')).then_some(())

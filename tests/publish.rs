@@ -258,12 +258,13 @@ fn a_symlink_from_the_volume_into_the_publish_directory_is_not_followed() {
     std::os::unix::fs::symlink(sb.path("pub"), vol.join("..data/copy")).unwrap();
     std::os::unix::fs::symlink("..data/copy", vol.join("copy")).unwrap();
     let cfg = config(&sb, "", "on_change = \"restart\"");
-    let tend = sb.tend().config(&cfg).start_ready();
+    let mut tend = sb.tend().config(&cfg).start_ready();
     let published = entries(&sb.path("pub/..data"));
     assert_eq!(published, ["app.conf"], "tend's own copy is not copied");
     let status = sb.wait_state("ready", secs(5.0));
     assert_eq!(status["service"]["restarts"], 0, "{status}");
-    assert_eq!(tend.stderr().matches("published the new config").count(), 1);
+    let (_, err) = tend.stop(secs(10.0));
+    assert_eq!(err.matches("published the new config").count(), 1, "{err}");
 }
 
 #[test]

@@ -76,11 +76,11 @@ fn terminal_controls_in_a_checks_output_are_shown_escaped() {
         "not ready: state invalid_config; watch \"nginx\": invalid: \
          \\x1b]0;owned\\x07\\x1b[2Jerror: 10%\\rbad\n"
     );
-    let log = tend.wait_stderr("check failed", secs(10.0));
+    tend.wait_stderr("check failed", secs(10.0));
+    let (code, log) = tend.stop(secs(10.0));
+    assert_eq!(code, 143);
     assert!(!log.contains(['\x1b', '\x07', '\r']), "{log:?}");
     assert!(log.contains("\\x1b[2Jerror: 10%\\rbad"), "{log}");
-    tend.signal(Signal::SIGTERM);
-    assert_eq!(tend.wait(secs(10.0)), 143);
 }
 
 fn service_config(sb: &Sandbox, readiness: &str) -> PathBuf {
@@ -337,17 +337,12 @@ fn a_watched_path_that_does_not_exist_keeps_tend_not_ready_until_it_appears() {
     // A volume with no keys: an empty directory.
     fs::create_dir(&vol).unwrap();
     sb.wait_ready(true, secs(5.0));
-    assert!(
-        tend.stderr()
-            .contains(&format!("INFO {} exists now", vol.display())),
-        "{}",
-        tend.stderr()
-    );
+    tend.wait_stderr(&format!("INFO {} exists now", vol.display()), secs(5.0));
     let st = sb.wait_state("ready", secs(5.0));
     assert!(st["watches"][0].get("missing").is_none(), "{st}");
-    assert_eq!(tend.stderr().matches("does not exist").count(), 1);
-    tend.signal(Signal::SIGTERM);
-    assert_eq!(tend.wait(secs(10.0)), 0, "the service's status");
+    let (code, log) = tend.stop(secs(10.0));
+    assert_eq!(code, 0, "the service's status");
+    assert_eq!(log.matches("does not exist").count(), 1, "{log}");
 }
 
 #[test]
@@ -357,7 +352,7 @@ fn an_optional_watch_is_ready_without_its_path() {
     let cfg = watching(&sb, &vol, true);
     let mut tend = sb.tend().config(&cfg).start_ready();
     assert_eq!(probe(&cfg), (0, "ready (state ready)\n".into()));
-    assert!(!tend.stderr().contains("WARN"), "{}", tend.stderr());
-    tend.signal(Signal::SIGTERM);
-    assert_eq!(tend.wait(secs(10.0)), 0, "the service's status");
+    let (code, log) = tend.stop(secs(10.0));
+    assert_eq!(code, 0, "the service's status");
+    assert!(!log.contains("WARN"), "{log}");
 }

@@ -82,11 +82,10 @@ fn an_invalid_config_leaves_the_service_alone_and_turns_readiness_off() {
         "the service is not told about an invalid config"
     );
     assert_eq!(sb.log("service start").len(), 1, "and keeps running");
-    let err = tend.stderr();
-    assert!(err.contains("keeps running on the last good one"), "{err}");
-    assert!(
-        err.contains("bad value on line 1"),
-        "the log carries the check's output: {err}"
+    // The log says it too, and carries the check's output.
+    tend.wait_stderr_all(
+        &["keeps running on the last good one", "bad value on line 1"],
+        secs(5.0),
     );
     let (code, line) = probe(&cfg);
     assert_eq!(code, 1);
@@ -121,10 +120,7 @@ fn an_invalid_config_at_start_keeps_the_service_from_starting() {
     assert!(sb.log("service start").is_empty());
     assert!(!sb.is_ready());
     assert!(tend.is_running());
-    assert!(
-        tend.stderr()
-            .contains("not started until a valid config arrives")
-    );
+    tend.wait_stderr("not started until a valid config arrives", secs(5.0));
     update(&sb, "v1");
     let starts = sb.wait_log("service start", 1, secs(5.0));
     assert!(starts[0].ends_with("config=v1"), "{starts:?}");
@@ -365,9 +361,7 @@ fn a_change_during_a_check_is_checked_and_applied_after_it() {
     update(&sb, "v2");
     // tend cannot know of v2 before its scan: wait for it, or v1's check
     // could end first and v1 be applied (rightly) before v2.
-    wait_for("tend to see v2", secs(5.0), || {
-        (tend.stderr().matches("change detected").count() >= 2).then_some(())
-    });
+    tend.wait_stderr_count("change detected", 2, secs(5.0));
     gate.open();
     sb.wait_log("service sig SIGHUP", 1, secs(5.0));
     quiet(0.5);
@@ -396,9 +390,7 @@ fn a_burst_during_a_check_is_applied_once_with_the_last_content() {
         &sb.path("config"),
         &[("app.conf", "v30"), ("last.conf", "")],
     );
-    wait_for("tend to see v30", secs(5.0), || {
-        tend.stderr().contains("files=2").then_some(())
-    });
+    tend.wait_stderr("files=2", secs(5.0));
     gate.open();
     sb.wait_log("service sig SIGHUP", 1, secs(10.0));
     quiet(0.5);
@@ -468,11 +460,7 @@ fn watches_that_change_together_signal_once() {
     sb.wait_log("service sig SIGHUP", 1, secs(5.0));
     quiet(0.8);
     assert_eq!(sb.seen_on("SIGHUP"), ["b1"], "one SIGHUP for both");
-    assert!(
-        tend.stderr().contains("watch=\"a, b\""),
-        "{}",
-        tend.stderr()
-    );
+    tend.wait_stderr("watch=\"a, b\"", secs(5.0));
 }
 
 #[test]
@@ -692,7 +680,7 @@ fn with_invalid_config_ready_a_rejected_edit_keeps_the_replica_ready() {
         ),
         "the probe still says what was rejected, and why"
     );
-    assert!(tend.stderr().contains("check failed"));
+    tend.wait_stderr("check failed", secs(5.0));
     assert!(sb.log("service sig ").is_empty());
 }
 

@@ -242,7 +242,11 @@ fn a_service_that_crashes_while_a_change_is_checked_waits_for_the_verdict() {
     quiet(0.3);
     assert_eq!(sb.log("service start").len(), 1, "not started on INVALID");
     assert!(!sb.is_ready());
-    let err = tend.stderr();
+    // What the log says of the failed check, in place of that.
+    let err = tend.wait_stderr(
+        "the service stays down until a valid config arrives",
+        secs(5.0),
+    );
     assert!(
         !err.contains("keeps running on the last good one"),
         "the service is down, the log must not say it runs: {err}"

@@ -82,8 +82,7 @@ fn a_config_that_passes_its_check_but_fails_verify_is_rolled_back() {
     let (code, line) = probe(&cfg);
     assert_eq!(code, 1);
     assert!(line.contains("rolled_back"), "{line}");
-    let err = tend.stderr();
-    assert!(err.contains("rolling back to the previous config"), "{err}");
+    tend.wait_stderr("rolling back to the previous config", secs(5.0));
 
     // A newer good content is applied normally.
     project(&vol, &[("app.conf", "good 3")]);
@@ -175,11 +174,7 @@ fn a_tend_stopped_during_a_verify_starts_again_on_the_config_before_it() {
     assert_eq!(status["watches"][0]["result"], "rolled_back", "{status}");
     let starts = sb.wait_log("service start", before + 1, secs(10.0));
     assert!(starts[before].ends_with(" config=good 1"), "{starts:?}");
-    let err = tend.stderr();
-    assert!(
-        err.contains("tend stopped while a change was verified"),
-        "{err}"
-    );
+    tend.wait_stderr("tend stopped while a change was verified", secs(5.0));
 }
 
 /// A verify that hangs, and leaves a child behind in its process group,
@@ -365,7 +360,7 @@ fn the_in_place_example_rolls_back_an_overlap_restart_that_fails_verify() {
         toml = toml.replace(from, &to);
     }
     let cfg = sb.config(&toml);
-    let tend = sb.tend().config(&cfg).start();
+    let mut tend = sb.tend().config(&cfg).start();
     assert_eq!(wait_up(port, secs(10.0)), "v1");
     sb.wait_ready(true, secs(5.0));
 
@@ -409,7 +404,7 @@ fn the_in_place_example_rolls_back_an_overlap_restart_that_fails_verify() {
         failed.len()
     );
     assert_eq!(cut, 0, "{failed:?}");
-    let err = tend.stderr();
+    let (_, err) = tend.stop(secs(20.0));
     assert_eq!(
         err.matches("rolling back to the previous config").count(),
         1,
@@ -475,9 +470,7 @@ fn a_rollback_the_publish_directory_refuses_is_tried_again_until_it_works() {
         "{status}"
     );
     // Tried again, and again.
-    wait_for("a second try", secs(10.0), || {
-        (tend.stderr().matches(failing).count() >= 2).then_some(())
-    });
+    tend.wait_stderr_count(failing, 2, secs(10.0));
     assert!(!sb.is_ready(), "the service runs the rejected config");
     assert_eq!(
         fs::read_to_string(published.join("app.conf")).unwrap(),

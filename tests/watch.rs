@@ -49,8 +49,7 @@ fn each_kubelet_update_signals_once_and_the_service_sees_it() {
         ["v1", "v2", "v3", "v4", "v5"],
         "one SIGHUP per update, each seeing its update"
     );
-    let err = tend.stderr();
-    assert!(err.contains("change detected"), "{err}");
+    tend.wait_stderr("change detected", secs(5.0));
 }
 
 #[test]
@@ -179,10 +178,8 @@ fn a_path_that_appears_later_is_picked_up() {
     let cfg = config(&sb, &vol.join("app.conf"), &[&vol, &plain], "");
     let tend = sb.tend().config(&cfg).start();
     sb.wait_log("service start", 1, secs(10.0));
-    assert!(
-        tend.stderr().contains("missing"),
-        "the log says what is missing"
-    );
+    // The log says what is missing.
+    tend.wait_stderr("missing", secs(5.0));
     project(&vol, &[("app.conf", "v1")]);
     sb.wait_log("service sig SIGHUP", 1, secs(5.0));
     assert_eq!(sb.seen_on("SIGHUP"), ["v1"]);
@@ -443,7 +440,7 @@ fn every_file_of_a_large_directory_is_covered() {
     fs::write(&last, "changed").unwrap();
     sb.wait_log("service sig SIGHUP", 1, secs(10.0));
     assert_eq!(sb.seen_on("SIGHUP"), ["changed"]);
-    assert!(tend.stderr().contains("files=10050"), "{}", tend.stderr());
+    tend.wait_stderr("files=10050", secs(5.0));
 }
 
 #[test]
@@ -653,11 +650,9 @@ fn what_a_scan_cannot_read_is_named_in_the_log() {
     fs::write(dir.join("app.conf"), "v0").unwrap();
     let cfg = config(&sb, &dir.join("app.conf"), &[&dir], "");
     let tend = sb.tend().config(&cfg).start_ready();
-    assert!(
-        !tend.stderr().contains("cannot be read"),
-        "{}",
-        tend.stderr()
-    );
+    // The first scan is acted on, and logged, before the service starts.
+    let err = tend.wait_stderr("service started", secs(5.0));
+    assert!(!err.contains("cannot be read"), "{err}");
     std::os::unix::fs::symlink("/nonexistent/target", dir.join("extra.conf")).unwrap();
     tend.wait_stderr(
         &format!(

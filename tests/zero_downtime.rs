@@ -82,13 +82,9 @@ fn restarts_under_load(sb: &Sandbox, port: u16, config: &str) -> Figures {
     let (records, latencies) = load.finish_timed();
     let during = |t: &Instant| windows.iter().any(|(a, b)| t >= a && t <= b);
     let (restarting, steady): (Vec<_>, Vec<_>) = latencies.iter().partition(|(t, _)| during(t));
-    let err = tend.stderr();
-    assert_eq!(
-        err.matches("restarting the service on the new config")
-            .count(),
-        RESTARTS,
-        "{err}"
-    );
+    let said = "restarting the service on the new config";
+    let err = tend.wait_stderr_count(said, RESTARTS, secs(5.0));
+    assert_eq!(err.matches(said).count(), RESTARTS, "{err}");
     Figures {
         requests: records.len(),
         failed: records.into_iter().filter_map(|(_, r)| r.err()).collect(),

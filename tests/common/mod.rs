@@ -441,12 +441,45 @@ impl Tend {
         fs::read_to_string(&self.err).unwrap_or_default()
     }
 
-    /// Waits until tend's log contains `needle`.
+    /// Waits until tend's log contains `needle`, and returns the log.
+    ///
+    /// tend's lines reach its stderr through a writer thread, a moment
+    /// after what they tell (a status file, a ready file, a service's own
+    /// log) changed: a test that saw that change and asserts a line while
+    /// tend runs waits for it here. What the log must *not* hold is only
+    /// final once tend exited (it flushes its queue at exit), or once a
+    /// later line is there.
     pub fn wait_stderr(&self, needle: &str, timeout: Duration) -> String {
-        wait_for(&format!("{needle:?} in tend's log"), timeout, || {
+        self.wait_stderr_count(needle, 1, timeout)
+    }
+
+    /// Waits until tend's log contains each of `needles`, and returns it.
+    pub fn wait_stderr_all(&self, needles: &[&str], timeout: Duration) -> String {
+        wait_for(&format!("{needles:?} in tend's log"), timeout, || {
             let e = self.stderr();
-            e.contains(needle).then_some(e)
+            needles.iter().all(|n| e.contains(n)).then_some(e)
         })
+    }
+
+    /// Waits until tend's log contains `needle` at least `n` times, and
+    /// returns it.
+    pub fn wait_stderr_count(&self, needle: &str, n: usize, timeout: Duration) -> String {
+        wait_for(
+            &format!("{n} time(s) {needle:?} in tend's log"),
+            timeout,
+            || {
+                let e = self.stderr();
+                (e.matches(needle).count() >= n).then_some(e)
+            },
+        )
+    }
+
+    /// SIGTERM, then waits for tend to exit: its exit code and its whole
+    /// log, final (tend flushes its queue at exit).
+    pub fn stop(&mut self, timeout: Duration) -> (i32, String) {
+        self.signal(nix::sys::signal::Signal::SIGTERM);
+        let code = self.wait(timeout);
+        (code, self.stderr())
     }
 
     /// Host pids of tend's children, with their state letter (R, S, Z, ...).

@@ -7,6 +7,7 @@ Lines (TAG is "service", or --tag, then "grandchild" or "daemon"):
     TAG start pid=<pid> pgid=<pgid> t=<monotonic>[ config=<text>]
     TAG sig <NAME> t=<monotonic>[ config=<text of --config, or MISSING>]
     TAG exit <code>
+    service orphans <N>      (the N orphans of --orphans are all made)
 """
 import argparse
 import os
@@ -27,6 +28,8 @@ p.add_argument("--exit-code", type=int, default=0)
 p.add_argument("--fail-first", help="marker file: exit 1 if it does not exist yet (and create it)")
 p.add_argument("--orphans", type=int, default=0, help="leave N orphans that exit after --orphan-sleep")
 p.add_argument("--orphan-sleep", type=float, default=0.05)
+p.add_argument("--orphans-hold", action="store_true",
+               help="the orphans live until the service gets SIGUSR1 (instead of --orphan-sleep)")
 p.add_argument("--grandchild", action="store_true", help="fork a logging child in the same process group")
 p.add_argument("--daemon", choices=["term", "ignore-term"],
                help="leave a logging daemon that escaped the process group (setsid)")
@@ -64,8 +67,17 @@ def signal_name(signum):
     return f"SIGRTMAX-{high - signum}"
 
 
+# The write end of the pipe the orphans of --orphans-hold wait on: they
+# exit once it is closed.
+hold = None
+
+
 def on_signal(signum, _frame):
+    global hold
     log(f"sig {signal_name(signum)} t={time.monotonic():.6f}{config_text()}")
+    if signum == signal.SIGUSR1 and hold is not None:
+        os.close(hold[1])
+        hold = None
     if signum == signal.SIGTERM and not (args.ignore_term or tag == "daemon" and args.daemon == "ignore-term"):
         log(f"exit {args.term_exit}")
         sys.exit(args.term_exit)
@@ -97,16 +109,25 @@ if args.fail_first and not os.path.exists(args.fail_first):
     log("exit 1")
     sys.exit(1)
 
+if args.orphans_hold:
+    hold = os.pipe()
 for _ in range(args.orphans):
     # Double fork: the middle process exits at once, so the grandchild is
-    # re-parented to the nearest subreaper (PID 1 in a container).
+    # re-parented to the nearest subreaper (PID 1 in a container) before
+    # waitpid() returns here.
     pid = os.fork()
     if pid == 0:
         if os.fork() == 0:
-            time.sleep(args.orphan_sleep)
+            if hold is not None:
+                os.close(hold[1])
+                os.read(hold[0], 1)  # end of file once the service lets go
+            else:
+                time.sleep(args.orphan_sleep)
             os._exit(0)
         os._exit(0)
     os.waitpid(pid, 0)
+if args.orphans:
+    log(f"orphans {args.orphans}")
 
 if args.grandchild and os.fork() == 0:
     tag = "grandchild"
