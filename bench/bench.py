@@ -906,8 +906,21 @@ def main():
     ap.add_argument("--lines-bin", required=True)
     ap.add_argument("--quick", action="store_true", help="fewer rounds, for trying the harness")
     ap.add_argument("--only", choices=["output"], help="run this part alone")
+    ap.add_argument("--up-bin", required=True)
+    ap.add_argument("--services-only", action="store_true", help="run the several services part alone")
     a = ap.parse_args()
     q = a.quick
+    if a.services_only:
+        import services
+        work = tempfile.mkdtemp(prefix="tend-bench-")
+        try:
+            print(f"# Run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: several services only\n")
+            print(f"Machine: {machine()}.\n")
+            services.report(os.path.abspath(a.tend), os.path.abspath(a.up_bin), os.path.abspath(a.lines_bin),
+                            work, q)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     if a.only == "output":
         work = tempfile.mkdtemp(prefix="tend-bench-")
         try:
@@ -1077,6 +1090,9 @@ def main():
         sys.stdout.flush()
 
         print_output(tend, os.path.abspath(a.lines_bin), work, q)
+
+        import services
+        services.report(tend, os.path.abspath(a.up_bin), os.path.abspath(a.lines_bin), work, q)
 
         print("## Restarts: the gap a client sees\n")
         rg = restart_gap(tend, work, rounds["restarts"])

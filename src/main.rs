@@ -188,13 +188,17 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             Ok(control::ask(status_file, &ask))
         }
         None => {
-            let config = match &config_path {
+            // Without a config nothing needs the working directory: a plain
+            // init also runs in one that was removed.
+            let (config, cwd) = match &config_path {
                 Some(path) => {
-                    Config::load_on_host(path, &current_dir()?, Place::Run)
+                    let cwd = current_dir()?;
+                    let config = Config::load_on_host(path, &cwd, Place::Run)
                         .map_err(Failure::Config)?
-                        .0
+                        .0;
+                    (config, Some(cwd))
                 }
-                None => Config::default(),
+                None => (Config::default(), None),
             };
             if let Some(path) = config_path
                 .as_ref()
@@ -246,8 +250,11 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             // Before anything starts: a user that is not there stops tend.
             let accounts = supervisor::accounts(&config).map_err(Failure::Usage)?;
             // Before the service first starts: what it reads is there.
-            let restored = tend::watch::publish::prepare_all(&config.watches, &current_dir()?)
-                .map_err(|e| Failure::Usage(format!("{e:#}")))?;
+            let restored = match &cwd {
+                Some(cwd) => tend::watch::publish::prepare_all(&config.watches, cwd)
+                    .map_err(|e| Failure::Usage(format!("{e:#}")))?,
+                None => Vec::new(),
+            };
             supervisor::Supervisor::new(&config, argv, sockets, http, restored, accounts)
                 .and_then(|s| s.run())
                 .map_err(Failure::Internal)

@@ -11,7 +11,7 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::PathBuf;
 use std::time::{Instant, SystemTime};
 
@@ -129,7 +129,13 @@ impl Supervisor {
             SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC,
         )
         .context("signalfd() failed: tend cannot receive signals")?;
-        let cwd = std::env::current_dir().context("cannot read the current directory")?;
+        // Only watches resolve paths against it: a plain init also runs in
+        // a directory that was removed.
+        let cwd = if config.watches.is_empty() {
+            PathBuf::new()
+        } else {
+            std::env::current_dir().context("cannot read the current directory")?
+        };
         let readiness = ReadinessFiles::new(&config.readiness);
         let publishes = readiness.configured() || !config.watches.is_empty();
         let notify = if config.services.iter().any(|s| s.notify) {
@@ -983,9 +989,11 @@ fn stat_state(stat: &str) -> Option<(char, i32)> {
 /// stdin; only then does the service get the terminal (`docker run -it`).
 /// A tend started in the background must not take the terminal from a shell.
 fn owns_terminal() -> bool {
-    let stdin = std::io::stdin();
-    nix::unistd::isatty(stdin.as_fd()).unwrap_or(false)
-        && nix::unistd::tcgetpgrp(stdin.as_fd()).ok() == Some(nix::unistd::getpgrp())
+    // Not std's stdin, which would allocate its 8 KiB buffer for two ioctls.
+    // SAFETY: fd 0 is open for all of tend's life (see main.rs).
+    let stdin = unsafe { BorrowedFd::borrow_raw(libc::STDIN_FILENO) };
+    nix::unistd::isatty(stdin).unwrap_or(false)
+        && nix::unistd::tcgetpgrp(stdin).ok() == Some(nix::unistd::getpgrp())
 }
 
 #[cfg(test)]

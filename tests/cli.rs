@@ -77,6 +77,27 @@ fn the_default_config_takes_a_command_and_says_so_and_dev_null_is_none() {
     assert!(!err.contains("default config"), "{err}");
 }
 
+#[test]
+fn a_plain_init_runs_in_a_directory_that_was_removed() {
+    // As tini does: nothing in a plain start needs the working directory.
+    let sb = Sandbox::new();
+    let gone = sb.path("gone");
+    std::fs::create_dir(&gone).unwrap();
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "cd '{}' && rmdir \"$PWD\" && exec '{TEND}' -- echo ran",
+            gone.display()
+        ))
+        .env_remove("TEND_CONFIG")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n");
+    assert!(!err.contains("getcwd"), "{err}");
+}
+
 /// Runs `tend ARGS...` directly (not as PID 1): (exit code, stdout, stderr).
 fn tend(args: &[&str]) -> (i32, String, String) {
     let out = std::process::Command::new(TEND)
