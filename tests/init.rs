@@ -603,7 +603,7 @@ fn a_shell_on_tends_terminal_has_job_control() {
 
 /// A call in the child that fails, made to fail by a seccomp filter as a
 /// container runtime's profile could, is named in the error, and exits 1:
-/// std alone would report only EPERM, which reads as "not executable" (126).
+/// EPERM alone would read as "not executable" (126).
 #[cfg(target_arch = "x86_64")]
 fn a_failed_call_in_the_child_is_named(deny: DenySyscall, pid1: bool, expected: &str) {
     let sb = Sandbox::new();
