@@ -676,6 +676,22 @@ fn a_failed_handover_of_the_terminal_fails_the_start() {
     );
 }
 
+/// A start that meets the container's limit of processes (clone fails with
+/// EAGAIN, as it does at the cgroup's pids.max) names clone and the limit.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn a_start_at_the_limit_of_processes_names_clone_and_the_limit() {
+    // Only tend's clone has these flags: unshare forks, and threads are
+    // made with other flags.
+    let flags = (libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD) as u32;
+    a_failed_call_in_the_child_is_named(
+        DenySyscall::new(libc::SYS_clone, 0, flags, libc::EAGAIN),
+        true,
+        "cannot start \"true\": clone() failed: EAGAIN: Try again; \
+         the container has as many processes as it may (its cgroup's pids.max",
+    );
+}
+
 #[test]
 fn a_signal_from_inside_the_container_names_its_sender() {
     let sb = Sandbox::new();

@@ -254,7 +254,11 @@ pub fn spawn(spec: Spec<'_>) -> Result<Pid, SpawnError> {
         )
     };
     if pid == -1 {
-        return Err(other(io::Error::last_os_error()));
+        let errno = Errno::last();
+        return Err(other(io::Error::new(
+            io::Error::from(errno).kind(),
+            clone_failed(errno),
+        )));
     }
     drop(report_in_child);
     drop(stdio);
@@ -276,7 +280,13 @@ pub fn spawn(spec: Spec<'_>) -> Result<Pid, SpawnError> {
                 source,
             }
         }
-        (Step::Exec, _) => other(source),
+        (Step::Exec, Errno::EAGAIN) => other(io::Error::new(
+            source.kind(),
+            format!(
+                "execve() in the child failed: {errno}; the service's user has as many \
+                 processes as RLIMIT_NPROC allows"
+            ),
+        )),
         (Step::Chdir, _) => SpawnError::WorkingDir {
             dir: spec
                 .working_dir
@@ -289,6 +299,18 @@ pub fn spawn(spec: Spec<'_>) -> Result<Pid, SpawnError> {
             format!("{step} in the child failed: {errno}"),
         )),
     })
+}
+
+/// What a failed clone says: EAGAIN is a limit on processes, which a
+/// bare "Resource temporarily unavailable" does not tell.
+fn clone_failed(errno: Errno) -> String {
+    match errno {
+        Errno::EAGAIN => format!(
+            "clone() failed: {errno}; the container has as many processes as it may \
+             (its cgroup's pids.max, or RLIMIT_NPROC for a tend that is not root)"
+        ),
+        _ => format!("clone() failed: {errno}"),
+    }
 }
 
 /// The child's stack: what [`Child::run`] and the C library's wrappers of
