@@ -239,16 +239,19 @@ pub fn spawn(spec: Spec<'_>) -> Result<Pid, SpawnError> {
         exec: &mut exec,
         report: report_in_child.as_raw_fd(),
     };
-    let mut stack = vec![0u8; CHILD_STACK];
-    // The stack grows down from its end, 16-byte aligned.
-    let top = (stack.as_mut_ptr() as usize + stack.len()) & !15;
+    let stack = ChildStack::new().map_err(|e| {
+        other(io::Error::new(
+            e.kind(),
+            format!("mmap() of the child's stack failed: {e}"),
+        ))
+    })?;
     // SAFETY: the child runs `child_main` on `stack`, which outlives it
     // (CLONE_VFORK: clone returns once the child executed or exited), with
     // `child`, which it only reads and writes as Child::run says.
     let pid = unsafe {
         libc::clone(
             child_main,
-            top as *mut libc::c_void,
+            stack.top(),
             libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
             (&mut child as *mut Child<'_>).cast(),
         )
@@ -314,8 +317,59 @@ fn clone_failed(errno: Errno) -> String {
 }
 
 /// The child's stack: what [`Child::run`] and the C library's wrappers of
-/// the calls it makes need, many times over.
+/// the calls it makes need (under 2 KiB, measured), many times over.
 const CHILD_STACK: usize = 64 * 1024;
+
+/// A stack for the child, mapped for one start and unmapped after it, with
+/// a guard page below it: an overflow faults in the child instead of
+/// writing over tend's memory, and only the pages the child touched were
+/// ever resident (a heap buffer would stay in tend's heap at its full size).
+struct ChildStack {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+impl ChildStack {
+    fn new() -> io::Result<ChildStack> {
+        // SAFETY: sysconf reads a constant.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let len = page + CHILD_STACK;
+        // SAFETY: a new private anonymous mapping; nothing else refers to it.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let stack = ChildStack { base, len };
+        // SAFETY: the lowest page of the mapping just made.
+        if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(stack)
+    }
+
+    /// Where the child's stack pointer starts: the end of the mapping,
+    /// which is page-aligned and so 16-byte aligned.
+    fn top(&self) -> *mut libc::c_void {
+        self.base.cast::<u8>().wrapping_add(self.len).cast()
+    }
+}
+
+impl Drop for ChildStack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in new(), used by no one once clone
+        // returned.
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
 
 /// Everything the child needs, built by the parent before `clone`.
 struct Child<'a> {
