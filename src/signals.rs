@@ -183,7 +183,7 @@ pub enum Disposition {
 
 /// Sets `signo`'s disposition with the raw `rt_sigaction` syscall, which,
 /// unlike glibc's `sigaction`, also reaches the signals the C library reserves.
-/// Async-signal-safe: used between fork and exec.
+/// Async-signal-safe: used between clone and exec.
 pub fn set_disposition(signo: i32, disposition: Disposition) -> Result<(), Errno> {
     // The kernel's struct sigaction: handler, flags, restorer, mask; no flags
     // and an empty mask.

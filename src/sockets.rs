@@ -9,8 +9,8 @@
 //!
 //! [`bind_all`] leaves the sockets at exactly fds 3..3+N in tend itself,
 //! close-on-exec. Holding those numbers means no later pipe or eventfd can
-//! take them, so the child needs no `dup2` between fork and exec (where one
-//! onto a number that std's own error pipe held would break the spawn): it
+//! take them, so the child needs no `dup2` between clone and exec (where one
+//! onto the number of the pipe it reports failures on would break the spawn): it
 //! only clears close-on-exec on them. Checks and other jobs therefore never
 //! see them.
 

@@ -78,6 +78,21 @@ fn the_default_config_takes_a_command_and_says_so_and_dev_null_is_none() {
 }
 
 #[test]
+fn a_script_without_a_shebang_runs_with_bin_sh_as_execvp_runs_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new();
+    let script = sb.write(
+        "plain-script",
+        "echo \"ran with $# arguments: $*\"\nexit 3\n",
+    );
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = script.to_str().unwrap().to_string();
+    let (code, out, err) = sb.tend().command(&[&script, "a", "b c"]).run(secs(10.0));
+    assert_eq!(code, 3, "{err}");
+    assert_eq!(out, "ran with 2 arguments: a b c\n", "{err}");
+}
+
+#[test]
 fn a_plain_init_runs_in_a_directory_that_was_removed() {
     // As tini does: nothing in a plain start needs the working directory.
     let sb = Sandbox::new();

@@ -603,7 +603,7 @@ fn a_shell_on_tends_terminal_has_job_control() {
 
 /// A call in the child that fails, made to fail by a seccomp filter as a
 /// container runtime's profile could, is named in the error, and exits 1:
-/// std alone would report only EPERM, which reads as "not executable" (126).
+/// EPERM alone would read as "not executable" (126).
 #[cfg(target_arch = "x86_64")]
 fn a_failed_call_in_the_child_is_named(deny: DenySyscall, pid1: bool, expected: &str) {
     let sb = Sandbox::new();
@@ -673,6 +673,22 @@ fn a_failed_handover_of_the_terminal_fails_the_start() {
     assert!(
         err.contains("cannot start \"true\": tcsetpgrp() in the child failed: EPERM"),
         "{err}"
+    );
+}
+
+/// A start that meets the container's limit of processes (clone fails with
+/// EAGAIN, as it does at the cgroup's pids.max) names clone and the limit.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn a_start_at_the_limit_of_processes_names_clone_and_the_limit() {
+    // Only tend's clone has these flags: unshare forks, and threads are
+    // made with other flags.
+    let flags = (libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD) as u32;
+    a_failed_call_in_the_child_is_named(
+        DenySyscall::new(libc::SYS_clone, 0, flags, libc::EAGAIN),
+        true,
+        "cannot start \"true\": clone() failed: EAGAIN: Try again; \
+         the container has as many processes as it may (its cgroup's pids.max",
     );
 }
 

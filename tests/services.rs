@@ -282,6 +282,49 @@ fn a_service_runs_as_its_user_with_its_groups_and_home() {
 }
 
 #[test]
+fn a_user_at_its_limit_of_processes_is_named_as_the_reason_a_start_failed() {
+    // With RLIMIT_NPROC at 0, the first process of a user starts (the kernel
+    // counts the user's processes before the switch); the second is refused
+    // at execve with EAGAIN. Root, which tend and unshare are, is exempt.
+    let sb = Sandbox::new();
+    let user = "user = \"61234:61234\"";
+    let cfg = sb.config(&format!(
+        "{}{}",
+        service("first", r#"["sleep", "1000"]"#, user),
+        service(
+            "second",
+            r#"["true"]"#,
+            &format!("{user}\nafter = [\"first\"]\nrequired = false")
+        ),
+    ));
+    let mut tend = sb
+        .tend()
+        .config(&cfg)
+        .pre_exec(|| {
+            let none = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: setrlimit reads `none`; async-signal-safe.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NPROC, &none) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+        .start();
+    let err = tend.wait_stderr("service=\"second\"", secs(10.0));
+    assert!(
+        err.contains(
+            "cannot start \"true\": execve() in the child failed: EAGAIN: Try again; the \
+             service's user has as many processes as RLIMIT_NPROC allows"
+        ),
+        "{err}"
+    );
+    tend.signal(Signal::SIGTERM);
+    tend.wait(secs(10.0));
+}
+
+#[test]
 fn a_user_that_is_not_there_stops_tend_before_anything_starts() {
     let sb = Sandbox::new();
     let cfg = sb.config(&service(

@@ -1,39 +1,40 @@
 //! Starting a process with a clean signal state, in its own process group.
 //!
-//! `std::process::Command` children inherit tend's signal mask (every handled
-//! signal is blocked, for the signalfd) and its ignored dispositions (only
-//! SIGPIPE is reset by std). The `pre_exec` hook undoes both with
-//! async-signal-safe calls only: it runs between `fork` and `exec`, where
-//! allocating or logging could deadlock. Each call there is checked; std
-//! passes only the errno of a failed hook on to the parent, so the child
-//! first writes which call failed into a close-on-exec pipe, and the error
-//! names it.
+//! Children would inherit tend's signal mask (every handled signal is
+//! blocked, for the signalfd) and its ignored dispositions (SIGPIPE,
+//! SIGTTIN, SIGTTOU); the child undoes both before it executes.
+//!
+//! The child is made as `posix_spawn` makes one: `clone` with `CLONE_VM |
+//! CLONE_VFORK`, on a stack of its own, sharing tend's memory until it
+//! executes. A fork would copy tend's page tables and write-protect every
+//! page it wrote, only for exec to throw the copy away; that is most of
+//! what a start costs. tend builds argv, the whole environment, the
+//! `$PATH` candidates ([`Exec`]) and every other value the child needs
+//! beforehand, so that the child only makes system calls: stdio, working
+//! directory, process group, terminal, signals, user, descriptors, then
+//! `execve(2)`, each checked. Between clone and exec it must not allocate
+//! or log (tend's other threads may hold the allocator's lock); a child
+//! that fails writes which call failed, and its errno, into a close-on-exec
+//! pipe, and the error names it.
 //!
 //! The service keeps the descriptors tend inherited (as under tini and
 //! dumb-init); the commands tend runs on its own behalf get 0-2 only, plus
 //! the sockets they are given ([`Fds`]).
 //!
-//! Every child gets its own process group (`process_group(0)`, never `setsid`)
+//! Every child gets its own process group (`setpgid(0, 0)`, never `setsid`)
 //! so a stop or a timeout can reach its whole group, and a terminal's Ctrl-C
 //! reaches the service once, not once directly and once forwarded by tend.
 //!
 //! A service that gets listening sockets needs `LISTEN_PID`, its own pid,
-//! which exists only after fork, while std builds the environment before it
-//! and `setenv` in the child is not async-signal-safe. So that spawn builds
-//! argv, the whole environment and the `$PATH` candidates in the parent
-//! ([`Exec`]), and the hook ends in its own `execve(2)`, after writing the
-//! pid's digits into a buffer on its stack. std still does stdio, the
-//! working directory and the process group before the hook runs (`do_exec`
-//! in std's `sys/process/unix/unix.rs`), so both ways start the same child.
+//! which exists only in the child: the child writes its digits into a
+//! buffer on its stack and points the prepared environment at it.
 
 use std::collections::BTreeMap;
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
@@ -61,7 +62,7 @@ pub struct Spec<'a> {
     /// (or at end of file) instead of tend's (a service other than the
     /// main one).
     pub stdin_null: bool,
-    /// Run as this user: its groups, gid and uid are set after fork.
+    /// Run as this user: its groups, gid and uid are set in the child.
     pub user: Option<&'a crate::users::Account>,
     /// The descriptors the child gets besides 0-2 and `sockets`.
     pub fds: Fds,
@@ -146,13 +147,18 @@ impl std::fmt::Display for SpawnError {
 
 impl std::error::Error for SpawnError {}
 
-/// Starts `spec` and returns its pid. The `Child` handle is dropped unwaited:
-/// its status belongs to the reaper.
+/// Starts `spec` and returns its pid. Its status belongs to the reaper.
+///
+/// The child shares tend's memory until it executes (`clone` with
+/// `CLONE_VM | CLONE_VFORK`, as `posix_spawn` does): nothing of tend's
+/// address space is copied or write-protected, which is most of what a
+/// start costs a process of tend's size, and tend resumes once the child
+/// has executed or failed. [`Child::run`] is all the child does, on a
+/// stack of its own, with every value it needs built here beforehand.
 pub fn spawn(spec: Spec<'_>) -> Result<Pid, SpawnError> {
     let program = &spec.argv[0];
     if let Some(dir) = spec.working_dir {
-        // Checked here because a failed chdir in the child comes back as a
-        // bare ENOENT, which would read as "command not found".
+        // Checked here too, for a sentence better than chdir's errno.
         match std::fs::metadata(dir) {
             Ok(m) if m.is_dir() => {}
             Ok(_) => {
@@ -174,145 +180,299 @@ pub fn spawn(spec: Spec<'_>) -> Result<Pid, SpawnError> {
         program: program.clone(),
         source,
     };
-    let mut cmd = Command::new(program);
-    cmd.args(&spec.argv[1..]).process_group(0);
-    let mut exec = match spec.sockets.filter(|s| !s.which.is_empty()) {
-        Some(sockets) => Some(Exec::new(&spec, sockets).map_err(other)?),
-        None => {
-            cmd.envs(spec.env).envs(spec.extra_env.iter().cloned());
-            None
-        }
-    };
-    if let Some(dir) = spec.working_dir {
-        cmd.current_dir(dir);
-    }
+    let mut exec = Exec::new(&spec, spec.sockets.filter(|s| !s.which.is_empty())).map_err(other)?;
+    // The fds that become the child's 0, 1 and 2 (None: tend's own), kept
+    // open here until the child has them.
+    let mut stdio: [Option<OwnedFd>; 3] = [None, None, None];
     match spec.output {
         Output::Inherit => {
             if spec.stdin_null {
-                cmd.stdin(null_input().map_err(other)?);
+                stdio[0] = Some(null_input().map_err(other)?);
             }
         }
         Output::Lines { stdout, stderr } => {
             if spec.stdin_null {
-                cmd.stdin(null_input().map_err(other)?);
+                stdio[0] = Some(null_input().map_err(other)?);
             }
-            cmd.stdout(Stdio::from(stdout)).stderr(Stdio::from(stderr));
+            stdio[1] = Some(stdout);
+            stdio[2] = Some(stderr);
         }
         Output::Pipe(fd) => {
-            let dup = fd.try_clone().map_err(other)?;
-            // An empty pipe rather than Stdio::null(): /dev/null may not exist
-            // in a minimal root, and failing to open it would come back as
-            // ENOENT, which reads as "command not found".
+            // An empty pipe rather than /dev/null, which a minimal root may
+            // not have.
             let (stdin, _closed_at_once) =
-                nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| other(e.into()))?;
-            cmd.stdin(Stdio::from(stdin))
-                .stdout(Stdio::from(fd))
-                .stderr(Stdio::from(dup));
+                nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| other(e.into()))?;
+            stdio[0] = Some(stdin);
+            stdio[2] = Some(fd.try_clone().map_err(other)?);
+            stdio[1] = Some(fd);
         }
     }
+    let working_dir = spec
+        .working_dir
+        .map(|d| CString::new(d.as_os_str().as_bytes()))
+        .transpose()
+        .map_err(|_| {
+            other(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "working_dir holds a NUL byte",
+            ))
+        })?;
 
-    // The child names a failed call here before it gives up: std passes on
-    // only the errno, and EPERM from tcsetpgrp would read as "not executable".
+    // The child says here which call failed, and with what errno, before
+    // it exits.
     let (report, report_in_child) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
         .map_err(|e| {
             other(io::Error::other(format!(
                 "pipe2() for the child's report failed: {e}"
             )))
         })?;
-    let report_fd = report_in_child.as_raw_fd();
-    let take_terminal = spec.take_terminal;
-    let user = spec.user.map(|a| (a.uid, a.gid, a.groups.clone()));
-    let close_on_exec = match spec.fds {
-        Fds::Inherited => None,
-        Fds::None => Some(CloseOnExec::prepare()),
+    let mut child = Child {
+        stdio: [0, 1, 2].map(|n| stdio[n].as_ref().map_or(-1, |fd| fd.as_raw_fd())),
+        working_dir: working_dir.as_deref(),
+        take_terminal: spec.take_terminal,
+        user: spec.user.map(|a| (a.uid, a.gid, a.groups.as_slice())),
+        close_on_exec: match spec.fds {
+            Fds::Inherited => None,
+            Fds::None => Some(CloseOnExec::prepare()),
+        },
+        first_realtime: libc::SIGRTMIN(),
+        exec: &mut exec,
+        report: report_in_child.as_raw_fd(),
     };
-    // SAFETY: SIGRTMIN is a plain read of a libc constant, done before fork.
-    let first_realtime = libc::SIGRTMIN();
-    // SAFETY: the hook only calls async-signal-safe functions (tcsetpgrp,
-    // getpid, rt_sigaction, sigprocmask, close_range, fcntl, write, execve)
-    // on stack values and on `exec` and `close_on_exec`, built before fork,
-    // and never allocates.
+    let stack = ChildStack::new().map_err(|e| {
+        other(io::Error::new(
+            e.kind(),
+            format!("mmap() of the child's stack failed: {e}"),
+        ))
+    })?;
+    // SAFETY: the child runs `child_main` on `stack`, which outlives it
+    // (CLONE_VFORK: clone returns once the child executed or exited), with
+    // `child`, which it only reads and writes as Child::run says.
+    let pid = unsafe {
+        libc::clone(
+            child_main,
+            stack.top(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&mut child as *mut Child<'_>).cast(),
+        )
+    };
+    if pid == -1 {
+        let errno = Errno::last();
+        return Err(other(io::Error::new(
+            io::Error::from(errno).kind(),
+            clone_failed(errno),
+        )));
+    }
+    drop(report_in_child);
+    drop(stdio);
+    let Some((step, errno)) = Report::read(&report) else {
+        return Ok(Pid::from_raw(pid));
+    };
+    // It failed, and has exited or is about to: its status is of no use
+    // to the reaper.
+    let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
+    let source = io::Error::from_raw_os_error(errno as i32);
+    Err(match (step, errno) {
+        (Step::Exec, Errno::ENOENT | Errno::ENOTDIR) => SpawnError::NotFound {
+            program: program.clone(),
+            source,
+        },
+        (Step::Exec, Errno::EACCES | Errno::EPERM | Errno::ENOEXEC | Errno::EISDIR) => {
+            SpawnError::NotExecutable {
+                program: program.clone(),
+                source,
+            }
+        }
+        (Step::Exec, Errno::EAGAIN) => other(io::Error::new(
+            source.kind(),
+            format!(
+                "execve() in the child failed: {errno}; the service's user has as many \
+                 processes as RLIMIT_NPROC allows"
+            ),
+        )),
+        (Step::Chdir, _) => SpawnError::WorkingDir {
+            dir: spec
+                .working_dir
+                .map(|d| d.display().to_string())
+                .unwrap_or_default(),
+            reason: source.to_string(),
+        },
+        (step, _) => other(io::Error::new(
+            source.kind(),
+            format!("{step} in the child failed: {errno}"),
+        )),
+    })
+}
+
+/// What a failed clone says: EAGAIN is a limit on processes, which a
+/// bare "Resource temporarily unavailable" does not tell.
+fn clone_failed(errno: Errno) -> String {
+    match errno {
+        Errno::EAGAIN => format!(
+            "clone() failed: {errno}; the container has as many processes as it may \
+             (its cgroup's pids.max, or RLIMIT_NPROC for a tend that is not root)"
+        ),
+        _ => format!("clone() failed: {errno}"),
+    }
+}
+
+/// The child's stack: what [`Child::run`] and the C library's wrappers of
+/// the calls it makes need (under 2 KiB, measured), many times over.
+const CHILD_STACK: usize = 64 * 1024;
+
+/// A stack for the child, mapped for one start and unmapped after it, with
+/// a guard page below it: an overflow faults in the child instead of
+/// writing over tend's memory, and only the pages the child touched were
+/// ever resident (a heap buffer would stay in tend's heap at its full size).
+struct ChildStack {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+impl ChildStack {
+    fn new() -> io::Result<ChildStack> {
+        // SAFETY: sysconf reads a constant.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let len = page + CHILD_STACK;
+        // SAFETY: a new private anonymous mapping; nothing else refers to it.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let stack = ChildStack { base, len };
+        // SAFETY: the lowest page of the mapping just made.
+        if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(stack)
+    }
+
+    /// Where the child's stack pointer starts: the end of the mapping,
+    /// which is page-aligned and so 16-byte aligned.
+    fn top(&self) -> *mut libc::c_void {
+        self.base.cast::<u8>().wrapping_add(self.len).cast()
+    }
+}
+
+impl Drop for ChildStack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in new(), used by no one once clone
+        // returned.
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+/// Everything the child needs, built by the parent before `clone`.
+struct Child<'a> {
+    /// The fd that becomes 0, 1, 2; -1 keeps tend's.
+    stdio: [i32; 3],
+    working_dir: Option<&'a std::ffi::CStr>,
+    take_terminal: bool,
+    user: Option<(libc::uid_t, libc::gid_t, &'a [libc::gid_t])>,
+    close_on_exec: Option<CloseOnExec>,
+    first_realtime: i32,
+    exec: &'a mut Exec,
+    report: i32,
+}
+
+/// The child's entry point, on its own stack.
+extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the parent's `Child`, alive and untouched by the
+    // parent until this child executed or exited (CLONE_VFORK).
+    let child = unsafe { &mut *arg.cast::<Child<'_>>() };
+    let (step, errno) = child.run();
+    let record = Report::encode(step, errno);
+    // SAFETY: write and _exit are async-signal-safe; nothing more can be
+    // done if the write fails (the parent then sees a child that exited).
     unsafe {
-        cmd.pre_exec(move || {
-            let failed = |step: Step, errno: Errno| {
-                let record = step.encode();
-                // Nothing more can be done if this write fails: the parent
-                // then reports the errno alone.
-                libc::write(report_fd, record.as_ptr().cast(), record.len());
-                Err(io::Error::from_raw_os_error(errno as i32))
-            };
-            if take_terminal && libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpid()) != 0 {
+        libc::write(child.report, record.as_ptr().cast(), record.len());
+        libc::_exit(127)
+    }
+}
+
+impl Child<'_> {
+    /// In the child: stdio, working directory, process group, terminal,
+    /// signal state, user, descriptors, then exec. Returns only what failed.
+    ///
+    /// It shares tend's memory, and other threads of tend keep running: it
+    /// calls only async-signal-safe functions, never allocates, and writes
+    /// only to its own stack and `exec`'s buffers. User and groups are set
+    /// with raw system calls, as glibc's own wrappers would set them for
+    /// every thread of tend, which this process shares memory with.
+    fn run(&mut self) -> (Step, Errno) {
+        for (target, &fd) in self.stdio.iter().enumerate() {
+            if fd < 0 {
+                continue;
+            }
+            // SAFETY: dup2 on descriptor numbers touches no memory. The
+            // sources are tend's own fds, all above 2 (0-2 are open).
+            if unsafe { libc::dup2(fd, target as i32) } == -1 {
+                return (Step::Stdio(target as i32), Errno::last());
+            }
+        }
+        if let Some(dir) = self.working_dir {
+            // SAFETY: a NUL-terminated path that outlives the call.
+            if unsafe { libc::chdir(dir.as_ptr()) } != 0 {
+                return (Step::Chdir, Errno::last());
+            }
+        }
+        // SAFETY: setpgid, getpid and tcsetpgrp take integers.
+        unsafe {
+            if libc::setpgid(0, 0) != 0 {
+                return (Step::Setpgid, Errno::last());
+            }
+            if self.take_terminal && libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpid()) != 0 {
                 // SIGTTOU is still ignored here (inherited from tend), so a
                 // background group may take the foreground. ENOTTY and ENXIO
                 // mean there is no terminal to hand over any more.
                 match Errno::last() {
                     Errno::ENOTTY | Errno::ENXIO => {}
-                    e => return failed(Step::Tcsetpgrp, e),
+                    e => return (Step::Tcsetpgrp, e),
                 }
             }
-            if let Err((step, e)) = reset_signal_state(first_realtime) {
-                return failed(step, e);
-            }
-            if let Some((uid, gid, groups)) = &user {
-                // Groups first, the uid last: after setuid, nothing else
-                // may be changed.
-                if libc::setgroups(groups.len(), groups.as_ptr()) != 0 {
-                    return failed(Step::Setgroups, Errno::last());
-                }
-                if libc::setgid(*gid) != 0 {
-                    return failed(Step::Setgid(*gid), Errno::last());
-                }
-                if libc::setuid(*uid) != 0 {
-                    return failed(Step::Setuid(*uid), Errno::last());
-                }
-            }
-            // Before the sockets below take theirs off again.
-            if let Some(c) = &close_on_exec
-                && let Err((step, e)) = c.apply()
-            {
-                return failed(step, e);
-            }
-            let Some(exec) = exec.as_mut() else {
-                return Ok(());
-            };
-            if let Err((step, e)) = exec.place_sockets() {
-                return failed(step, e);
-            }
-            // Returns only when no candidate could be executed: std then
-            // reports the errno as it would a failed exec of its own.
-            Err(io::Error::from_raw_os_error(exec.exec() as i32))
-        });
-    }
-
-    let result = cmd.spawn();
-    drop(report_in_child);
-    match result {
-        Ok(child) => Ok(Pid::from_raw(child.id() as i32)),
-        Err(source) => {
-            if let Some(step) = Step::read(&report) {
-                let errno = Errno::from_raw(source.raw_os_error().unwrap_or(0));
-                return Err(other(io::Error::new(
-                    source.kind(),
-                    format!("{step} in the child failed: {errno}"),
-                )));
-            }
-            Err(match source.raw_os_error() {
-                Some(libc::ENOENT) | Some(libc::ENOTDIR) => SpawnError::NotFound {
-                    program: program.clone(),
-                    source,
-                },
-                Some(libc::EACCES) | Some(libc::EPERM) | Some(libc::ENOEXEC)
-                | Some(libc::EISDIR) => SpawnError::NotExecutable {
-                    program: program.clone(),
-                    source,
-                },
-                _ => other(source),
-            })
         }
+        if let Err(failed) = reset_signal_state(self.first_realtime) {
+            return failed;
+        }
+        if let Some((uid, gid, groups)) = self.user {
+            // Groups first, the uid last: after setuid, nothing else may be
+            // changed.
+            // SAFETY: the kernel reads `groups`, which outlives the call.
+            unsafe {
+                if libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) != 0 {
+                    return (Step::Setgroups, Errno::last());
+                }
+                if libc::syscall(libc::SYS_setresgid, gid, gid, gid) != 0 {
+                    return (Step::Setgid(gid), Errno::last());
+                }
+                if libc::syscall(libc::SYS_setresuid, uid, uid, uid) != 0 {
+                    return (Step::Setuid(uid), Errno::last());
+                }
+            }
+        }
+        // Before the sockets below take theirs off again.
+        if let Some(c) = &self.close_on_exec
+            && let Err(failed) = c.apply()
+        {
+            return failed;
+        }
+        if let Err(failed) = self.exec.place_sockets() {
+            return failed;
+        }
+        (Step::Exec, self.exec.exec())
     }
 }
 
-/// A call in the child, between fork and exec, that failed.
+/// A call in the child, between clone and exec, that failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Step {
     Tcsetpgrp,
@@ -329,20 +489,32 @@ enum Step {
     CloseRange,
     /// Setting close-on-exec on this fd (kernels without CLOSE_RANGE_CLOEXEC).
     CloseOnExec(i32),
+    /// Putting the child's stdin, stdout or stderr (0, 1, 2) in place.
+    Stdio(i32),
+    Chdir,
+    Setpgid,
+    /// execve itself, of every candidate.
+    Exec,
 }
 
 impl Step {
-    /// Three bytes the child writes to the report pipe: which call, and the
-    /// signal or fd it was for.
+    /// Three bytes: which call, and the signal, fd or id it was for.
     fn encode(self) -> [u8; 3] {
         let [lo, hi] = match self {
             Step::RtSigaction(n)
             | Step::KeepSocket(n)
             | Step::MoveSocket(n)
-            | Step::CloseOnExec(n) => (n as u16).to_le_bytes(),
+            | Step::CloseOnExec(n)
+            | Step::Stdio(n) => (n as u16).to_le_bytes(),
             // Ids above 65535 are reported as 65535: the call is what matters.
             Step::Setgid(n) | Step::Setuid(n) => (n.min(0xffff) as u16).to_le_bytes(),
-            Step::Tcsetpgrp | Step::Sigprocmask | Step::CloseRange | Step::Setgroups => [0, 0],
+            Step::Tcsetpgrp
+            | Step::Sigprocmask
+            | Step::CloseRange
+            | Step::Setgroups
+            | Step::Chdir
+            | Step::Setpgid
+            | Step::Exec => [0, 0],
         };
         let call = match self {
             Step::Tcsetpgrp => 1,
@@ -355,6 +527,10 @@ impl Step {
             Step::Setgid(_) => 8,
             Step::Setuid(_) => 9,
             Step::MoveSocket(_) => 10,
+            Step::Stdio(_) => 11,
+            Step::Chdir => 12,
+            Step::Setpgid => 13,
+            Step::Exec => 14,
         };
         [call, lo, hi]
     }
@@ -372,19 +548,45 @@ impl Step {
             8 => Some(Step::Setgid(n as u32)),
             9 => Some(Step::Setuid(n as u32)),
             10 => Some(Step::MoveSocket(n)),
+            11 => Some(Step::Stdio(n)),
+            12 => Some(Step::Chdir),
+            13 => Some(Step::Setpgid),
+            14 => Some(Step::Exec),
             _ => None,
         }
     }
+}
 
-    /// What the child reported, if it reported anything. By the time spawn
-    /// returns, a child that failed has written its record (before it
-    /// exited), so this never waits: the pipe is non-blocking, and EAGAIN
-    /// means the child failed elsewhere (exec, chdir) and wrote nothing.
-    fn read(report: &OwnedFd) -> Option<Step> {
-        let mut record = [0u8; 3];
+/// What a child that failed writes to the report pipe before it exits: the
+/// step, then the errno (native byte order: the reader is tend itself).
+struct Report;
+
+impl Report {
+    fn encode(step: Step, errno: Errno) -> [u8; 7] {
+        let mut record = [0u8; 7];
+        record[..3].copy_from_slice(&step.encode());
+        record[3..].copy_from_slice(&(errno as i32).to_ne_bytes());
+        record
+    }
+
+    fn decode(record: [u8; 7]) -> Option<(Step, Errno)> {
+        let step = Step::decode([record[0], record[1], record[2]])?;
+        let errno = i32::from_ne_bytes([record[3], record[4], record[5], record[6]]);
+        Some((step, Errno::from_raw(errno)))
+    }
+
+    /// What the child reported, if it reported anything. clone returns
+    /// once the child executed or exited, so this never waits: the pipe is
+    /// non-blocking, and EAGAIN or end of file means it executed.
+    fn read(report: &OwnedFd) -> Option<(Step, Errno)> {
+        let mut record = [0u8; 7];
         match nix::unistd::read(report, &mut record) {
-            Ok(3) => Step::decode(record),
-            Ok(_) | Err(Errno::EAGAIN) => None,
+            Ok(7) => Report::decode(record),
+            Ok(0) | Err(Errno::EAGAIN) => None,
+            Ok(n) => {
+                tracing::warn!("the spawn report pipe held {n} bytes, not a record");
+                None
+            }
             Err(e) => {
                 tracing::warn!("read() on the spawn report pipe failed: {e}");
                 None
@@ -408,24 +610,33 @@ impl std::fmt::Display for Step {
             Step::Setuid(uid) => write!(f, "setuid({uid}) for the service's user"),
             Step::CloseRange => f.write_str("close_range(3, ~0, CLOSE_RANGE_CLOEXEC)"),
             Step::CloseOnExec(fd) => write!(f, "fcntl({fd}, F_SETFD, FD_CLOEXEC)"),
+            Step::Stdio(fd) => write!(f, "dup2() onto fd {fd}"),
+            Step::Chdir => f.write_str("chdir() to the working directory"),
+            Step::Setpgid => f.write_str("setpgid(0, 0)"),
+            Step::Exec => f.write_str("execve()"),
         }
     }
 }
 
-/// An `execve(2)` prepared in the parent for a child that gets listening
-/// sockets: argv, the whole environment (tend's, then `env`, then
-/// `extra_env`, then `LISTEN_*`) and the paths to try, so that the hook after
-/// fork only fills in `LISTEN_PID` and executes.
+/// An `execve(2)` prepared in the parent: argv, the whole environment
+/// (tend's, then `env`, then `extra_env`, then with sockets `LISTEN_*`) and
+/// the paths to try, so that the child only fills in `LISTEN_PID` and
+/// executes.
 struct Exec {
     /// What execve tries, in order, as execvp would: the program itself when
     /// it holds a '/', else each entry of the child's `$PATH` joined with it.
     candidates: Vec<CString>,
     _argv: Vec<CString>,
     argv: Vec<*const libc::c_char>,
+    /// execvp's way with a file without `#!` that the kernel refuses
+    /// (ENOEXEC): `/bin/sh`, the file (filled in by the child), then the
+    /// arguments.
+    sh_argv: Vec<*const libc::c_char>,
     _env: Vec<CString>,
-    /// NULL-terminated; the child points entry `pid_at` at its `LISTEN_PID`.
+    /// NULL-terminated; with sockets, the child points entry `pid_at` at
+    /// its `LISTEN_PID`.
     envp: Vec<*const libc::c_char>,
-    pid_at: usize,
+    pid_at: Option<usize>,
     /// The held socket that becomes fd 3, 4, ...: their fds in tend.
     sockets: Vec<i32>,
     /// Where the child puts each of them first when they must move: above
@@ -436,7 +647,7 @@ struct Exec {
 }
 
 // SAFETY: the pointers point into the CStrings that the same Exec owns, whose
-// heap buffers never move; only the forked child writes (to `envp`).
+// heap buffers never move; only the child writes (to `envp` and `sh_argv`).
 unsafe impl Send for Exec {}
 unsafe impl Sync for Exec {}
 
@@ -446,17 +657,21 @@ pub(crate) const DEFAULT_PATH: &[u8] = b"/bin:/usr/bin";
 const LISTEN_PID: &[u8] = b"LISTEN_PID=";
 
 impl Exec {
-    fn new(spec: &Spec<'_>, sockets: Sockets<'_>) -> io::Result<Exec> {
-        let held = sockets.held;
+    fn new(spec: &Spec<'_>, sockets: Option<Sockets<'_>>) -> io::Result<Exec> {
         let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
         let pairs = spec
             .env
             .iter()
             .chain(spec.extra_env.iter().map(|(k, v)| (k, v)));
         env.extend(pairs.map(|(k, v)| (OsString::from(k), OsString::from(v))));
-        env.insert("LISTEN_FDS".into(), sockets.which.len().to_string().into());
-        env.insert("LISTEN_FDNAMES".into(), held.names(sockets.which).into());
-        env.remove(OsStr::new("LISTEN_PID"));
+        if let Some(sockets) = sockets {
+            env.insert("LISTEN_FDS".into(), sockets.which.len().to_string().into());
+            env.insert(
+                "LISTEN_FDNAMES".into(),
+                sockets.held.names(sockets.which).into(),
+            );
+            env.remove(OsStr::new("LISTEN_PID"));
+        }
 
         let nul = |what: &str| {
             io::Error::new(
@@ -485,24 +700,34 @@ impl Exec {
             })
             .collect::<io::Result<Vec<_>>>()?;
 
-        let argv = owned_argv
+        let argv: Vec<_> = owned_argv
             .iter()
             .map(|a| a.as_ptr())
-            .chain([std::ptr::null()]);
+            .chain([std::ptr::null()])
+            .collect();
+        let sh_argv = [c"/bin/sh".as_ptr(), std::ptr::null()]
+            .into_iter()
+            .chain(argv[1..].iter().copied())
+            .collect();
         let mut envp: Vec<_> = owned_env.iter().map(|v| v.as_ptr()).collect();
-        let pid_at = envp.len();
+        let pid_at = sockets.map(|_| envp.len());
         envp.extend([std::ptr::null(), std::ptr::null()]);
         let first = sockets::FIRST_FD;
+        let (which, above) = match sockets {
+            Some(s) => (s.which, first + s.held.count() as i32),
+            None => (&[][..], first),
+        };
         Ok(Exec {
             candidates,
-            argv: argv.collect(),
+            argv,
+            sh_argv,
             _argv: owned_argv,
             envp,
             _env: owned_env,
             pid_at,
-            sockets: sockets.which.iter().map(|&i| first + i as i32).collect(),
-            moved: vec![-1; sockets.which.len()],
-            above: first + held.count() as i32,
+            sockets: which.iter().map(|&i| first + i as i32).collect(),
+            moved: vec![-1; which.len()],
+            above,
         })
     }
 
@@ -548,16 +773,19 @@ impl Exec {
         Ok(())
     }
 
-    /// Executes the first candidate that can be, with `LISTEN_PID` set to the
-    /// caller's pid. Returns only when none could, with the errno execvp
-    /// would give: EACCES if some candidate was not executable, else ENOENT
-    /// (or the first other error). Unlike execvp it does not hand a script
-    /// without `#!` to /bin/sh. Async-signal-safe: no allocation.
+    /// Executes the first candidate that can be, as execvp does (a file
+    /// without `#!` runs with /bin/sh), with `LISTEN_PID` set to the
+    /// caller's pid when it gets sockets. Returns only when none could, with
+    /// the errno execvp would give: EACCES if some candidate was not
+    /// executable, else ENOENT (or the first other error).
+    /// Async-signal-safe: no allocation.
     fn exec(&mut self) -> Errno {
         let mut pid_var = [0u8; 24];
-        // SAFETY: getpid cannot fail.
-        write_pid_var(&mut pid_var, unsafe { libc::getpid() });
-        self.envp[self.pid_at] = pid_var.as_ptr().cast();
+        if let Some(at) = self.pid_at {
+            // SAFETY: getpid cannot fail.
+            write_pid_var(&mut pid_var, unsafe { libc::getpid() });
+            self.envp[at] = pid_var.as_ptr().cast();
+        }
         let mut denied = false;
         for path in &self.candidates {
             // SAFETY: NUL-terminated strings and NULL-terminated arrays, all
@@ -565,6 +793,14 @@ impl Exec {
             unsafe { libc::execve(path.as_ptr(), self.argv.as_ptr(), self.envp.as_ptr()) };
             match Errno::last() {
                 Errno::EACCES => denied = true,
+                Errno::ENOEXEC => {
+                    self.sh_argv[1] = path.as_ptr();
+                    // SAFETY: as above.
+                    unsafe {
+                        libc::execve(self.sh_argv[0], self.sh_argv.as_ptr(), self.envp.as_ptr())
+                    };
+                    return Errno::ENOEXEC;
+                }
                 Errno::ENOENT
                 | Errno::ENOTDIR
                 | Errno::ESTALE
@@ -733,12 +969,12 @@ fn reset_signal_state(first_realtime: i32) -> Result<(), (Step, Errno)> {
 
 /// What a service other than the main one reads: /dev/null, or where a
 /// minimal root has none, a pipe at end of file.
-fn null_input() -> io::Result<Stdio> {
+fn null_input() -> io::Result<OwnedFd> {
     match std::fs::File::open("/dev/null") {
-        Ok(f) => Ok(Stdio::from(f)),
+        Ok(f) => Ok(f.into()),
         Err(_) => {
             let (read, _closed_at_once) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
-            Ok(Stdio::from(read))
+            Ok(read)
         }
     }
 }
@@ -807,10 +1043,26 @@ mod tests {
             Step::KeepSocket(1000),
             Step::CloseRange,
             Step::CloseOnExec(251),
+            Step::Stdio(2),
+            Step::Chdir,
+            Step::Setpgid,
+            Step::Setgid(70_000),
+            Step::Exec,
         ] {
-            assert_eq!(Step::decode(step.encode()), Some(step));
+            let expected = match step {
+                Step::Setgid(_) => Step::Setgid(0xffff),
+                other => other,
+            };
+            assert_eq!(Step::decode(step.encode()), Some(expected));
+            for errno in [Errno::ENOENT, Errno::EPERM, Errno::EMFILE] {
+                assert_eq!(
+                    Report::decode(Report::encode(step, errno)),
+                    Some((expected, errno))
+                );
+            }
         }
         assert_eq!(Step::decode([0, 0, 0]), None);
+        assert_eq!(Report::decode([0; 7]), None);
         assert_eq!(
             Step::RtSigaction(libc::SIGRTMIN() + 2).to_string(),
             "rt_sigaction(SIGRTMIN+2, SIG_DFL)"
