@@ -306,6 +306,8 @@ fn programs(
 enum NotFound {
     /// A file of that name is there, without an execute bit.
     NotExecutable(PathBuf),
+    /// A directory of that name is there, and no program.
+    Directory(PathBuf),
     Missing(String),
 }
 
@@ -313,6 +315,9 @@ impl std::fmt::Display for NotFound {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             NotFound::NotExecutable(file) => write!(f, "{} is not executable", file.display()),
+            NotFound::Directory(dir) => {
+                write!(f, "{} is a directory, not a program", dir.display())
+            }
             NotFound::Missing(why) => f.write_str(why),
         }
     }
@@ -322,7 +327,7 @@ impl std::fmt::Display for NotFound {
 /// `run_dir` with `path` (`$PATH`); else why not.
 fn find_program(program: &str, run_dir: &Path, path: Option<&OsStr>) -> Result<(), NotFound> {
     let path = path.map_or(crate::process::spawn::DEFAULT_PATH, OsStr::as_bytes);
-    let mut not_executable = None;
+    let (mut not_executable, mut directory) = (None, None);
     for candidate in crate::process::spawn::search(program.as_bytes(), path) {
         let candidate = run_dir.join(OsStr::from_bytes(&candidate));
         match fs::metadata(&candidate) {
@@ -330,16 +335,20 @@ fn find_program(program: &str, run_dir: &Path, path: Option<&OsStr>) -> Result<(
             Ok(meta) if meta.is_file() => {
                 not_executable.get_or_insert(candidate);
             }
+            Ok(meta) if meta.is_dir() => {
+                directory.get_or_insert(candidate);
+            }
             _ => {}
         }
     }
-    Err(match not_executable {
-        Some(file) => NotFound::NotExecutable(file),
-        None if program.contains('/') => NotFound::Missing(format!(
+    Err(match (not_executable, directory) {
+        (Some(file), _) => NotFound::NotExecutable(file),
+        (None, Some(dir)) => NotFound::Directory(dir),
+        (None, None) if program.contains('/') => NotFound::Missing(format!(
             "{} does not exist",
             run_dir.join(program).display()
         )),
-        None => NotFound::Missing(format!(
+        (None, None) => NotFound::Missing(format!(
             "{program:?} is not in $PATH ({})",
             String::from_utf8_lossy(path)
         )),
@@ -790,6 +799,12 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.ends_with("bin/lint is not executable"), "{e}");
+        let e = inspect_text(
+            &format!("{watch}on_change = \"none\"\nverify = [\"./bin\"]\n"),
+            d.path(),
+        )
+        .unwrap_err();
+        assert!(e.ends_with("bin is a directory, not a program"), "{e}");
         // Found: in PATH (the service's env wins over tend's), by a path
         // from the working_dir, or through the candidate copy.
         fs::set_permissions(d.path().join("bin/lint"), fs::Permissions::from_mode(0o755)).unwrap();
