@@ -150,26 +150,7 @@ impl Fat {
         fs::set_permissions(sb.path(""), fs::Permissions::from_mode(0o755)).unwrap();
 
         let cfg = sb.path("supervisor.toml");
-        let id = WWW_DATA.to_string();
-        let tend = sb
-            .tend()
-            .wrapped(
-                "unshare",
-                &[
-                    "--pid",
-                    "--fork",
-                    "--kill-child",
-                    "--mount-proc",
-                    "setpriv",
-                    &format!("--reuid={id}"),
-                    &format!("--regid={id}"),
-                    "--clear-groups",
-                    TEND,
-                    "--config",
-                    &cfg.display().to_string(),
-                ],
-            )
-            .start();
+        let tend = sb.tend().run_as(WWW_DATA, &cfg).start();
         let fat = Fat {
             sb,
             port,

@@ -321,26 +321,7 @@ fn a_tend_that_is_not_root_replaces_generations_holding_read_only_directories() 
         sb.path("conf").display().to_string(),
         sb.path("pub").display().to_string(),
     ));
-    let id = NOBODY.to_string();
-    let mut tend = sb
-        .tend()
-        .wrapped(
-            "unshare",
-            &[
-                "--pid",
-                "--fork",
-                "--kill-child",
-                "--mount-proc",
-                "setpriv",
-                &format!("--reuid={id}"),
-                &format!("--regid={id}"),
-                "--clear-groups",
-                TEND,
-                "--config",
-                &cfg.display().to_string(),
-            ],
-        )
-        .start_ready();
+    let mut tend = sb.tend().run_as(NOBODY, &cfg).start_ready();
     let first = generations(&sb.path("pub"));
     assert_eq!(first.len(), 1, "{first:?}");
 

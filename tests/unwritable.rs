@@ -15,7 +15,7 @@ use common::http::{free_port, get_with};
 use common::*;
 use nix::sys::signal::Signal;
 
-const NOBODY: &str = "65534";
+const NOBODY: u32 = 65534;
 
 /// `tend probe` as nobody, in the mount namespace of `pid` when given.
 fn probe_as_nobody(cfg: &Path, pid: Option<i32>) -> (i32, String) {
@@ -68,26 +68,7 @@ fn a_status_directory_its_user_cannot_create_is_logged_with_the_fix_and_probed_a
         dir.join("ready").display().to_string(),
         dir.join("status.json").display().to_string(),
     ));
-    let cfg_s = cfg.display().to_string();
-    let mut tend = sb
-        .tend()
-        .wrapped(
-            "unshare",
-            &[
-                "--pid",
-                "--fork",
-                "--kill-child",
-                "--mount-proc",
-                "setpriv",
-                &format!("--reuid={NOBODY}"),
-                &format!("--regid={NOBODY}"),
-                "--clear-groups",
-                TEND,
-                "--config",
-                &cfg_s,
-            ],
-        )
-        .start();
+    let mut tend = sb.tend().run_as(NOBODY, &cfg).start();
     sb.wait_log("service start", 1, secs(10.0));
     let log = tend.wait_stderr("`tend probe` says not ready", secs(10.0));
 

@@ -275,6 +275,30 @@ impl TendBuilder<'_> {
         self
     }
 
+    /// tend as PID 1 of a new PID namespace, running as `uid` (its group
+    /// too, no supplementary groups) with config `cfg`, as an image whose
+    /// `USER` is not root runs it.
+    pub fn run_as(self, uid: u32, cfg: &Path) -> Self {
+        let (reuid, regid) = (format!("--reuid={uid}"), format!("--regid={uid}"));
+        let cfg = cfg.display().to_string();
+        self.wrapped(
+            "unshare",
+            &[
+                "--pid",
+                "--fork",
+                "--kill-child",
+                "--mount-proc",
+                "setpriv",
+                &reuid,
+                &regid,
+                "--clear-groups",
+                TEND,
+                "--config",
+                &cfg,
+            ],
+        )
+    }
+
     /// Runs in the child before exec (before unshare, which passes on what it inherited).
     pub fn pre_exec(
         mut self,
