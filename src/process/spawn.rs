@@ -858,8 +858,8 @@ fn write_pid_var(out: &mut [u8; 24], pid: libc::pid_t) {
 }
 
 /// How a child that must not keep what tend inherited gets rid of it: every
-/// fd from 3 up is made close-on-exec, not closed, so that std's pipe that
-/// reports a failed exec, and the report pipe, keep working until exec.
+/// fd from 3 up is made close-on-exec, not closed, so that the report pipe
+/// keeps working until exec, and the held sockets can still be placed.
 enum CloseOnExec {
     /// close_range(2) with CLOSE_RANGE_CLOEXEC (Linux 5.11).
     Range,
