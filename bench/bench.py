@@ -938,41 +938,30 @@ def main():
     ap.add_argument("--services-only", action="store_true", help="run the several services part alone")
     a = ap.parse_args()
     q = a.quick
+    def alone(what, part):
+        """One part of the run, with its own heading, in a work directory of its own."""
+        work = tempfile.mkdtemp(prefix="tend-bench-")
+        try:
+            print(f"# Run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: {what} only\n")
+            print(f"Machine: {machine()}.\n")
+            part(work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    tend = os.path.abspath(a.tend)
     if a.services_only:
         import services
-        work = tempfile.mkdtemp(prefix="tend-bench-")
-        try:
-            print(f"# Run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: several services only\n")
-            print(f"Machine: {machine()}.\n")
-            services.report(os.path.abspath(a.tend), os.path.abspath(a.up_bin), os.path.abspath(a.lines_bin),
-                            work, q)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-        return
+        return alone("several services", lambda work: services.report(
+            tend, os.path.abspath(a.up_bin), os.path.abspath(a.lines_bin), work, q))
     if a.only == "output":
-        work = tempfile.mkdtemp(prefix="tend-bench-")
-        try:
-            print(f"# Run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: output only\n")
-            print(f"Machine: {machine()}.\n")
-            print_output(os.path.abspath(a.tend), os.path.abspath(a.lines_bin), work, q)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-        return
+        return alone("output", lambda work: print_output(tend, os.path.abspath(a.lines_bin), work, q))
     if a.only == "start":
-        work = tempfile.mkdtemp(prefix="tend-bench-")
-        try:
-            print(f"# Run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: start-up only\n")
-            print(f"Machine: {machine()}.\n")
-            print_startup(Peers(os.path.abspath(a.tend), work), 200 if q else 1000)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-        return
+        return alone("start-up", lambda work: print_startup(Peers(tend, work), 200 if q else 1000))
     rounds = {"rss": 3 if q else 7, "start": 20 if q else 100, "sig": 5 if q else 30, "reap": 1 if q else 5,
               "wake": 5 if q else 30, "updates": 40 if q else 200, "burst": 30, "cost": 200 if q else 1000,
               "scale": 20 if q else 100, "hash": 10 if q else 30, "http": 100 if q else 1000, "check": 20 if q else 100,
               "restarts": 3 if q else 10}
     work = tempfile.mkdtemp(prefix="tend-bench-")
-    tend = os.path.abspath(a.tend)
     try:
         peers = Peers(tend, work)
         print(f"# Run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")
